@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * peerdma memory registration: the fi_mr(3) model of libfabric, prefix pdma_.
+ *
+ * Objects: a domain owns memory regions (MRs), counters, endpoints and an
+ * optional event queue. An MR pins a set of buffers (host, CUDA or simulated
+ * GPU memory) for device DMA and names them with a key and a descriptor.
+ *
+ * Errors: every call that can fail returns 0 or a negative errno value
+ * (libfabric's fi_errno codes map onto errno: FI_EINVAL -> -EINVAL,
+ * FI_ENOKEY -> -ENOKEY, FI_EKEYREJECTED -> -EKEYREJECTED, FI_ETOOSMALL ->
+ * -ETOOSMALL (defined below where libc lacks it), FI_EBUSY -> -EBUSY, ...).
+ *
+ * Thread safety: a domain may be used from many threads at once; all calls on
+ * distinct MRs of one domain may run concurrently. Calls on the same MR must
+ * be serialised by the caller, except pdma_mr_key() and pdma_mr_desc(), which
+ * only read immutable fields. Closing an object while another thread uses it
+ * is undefined, as in libfabric.
+ */
+#ifndef PEERDMA_MR_H
+#define PEERDMA_MR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef ETOOSMALL
+#define ETOOSMALL 525 /* the value Linux uses internally and libfabric mirrors */
+#endif
+
+/* Domain mr_mode bits (fi_mr(3) "MEMORY REGISTRATION MODES"). */
+#define PDMA_MR_LOCAL      (1u << 0) /* local buffers must be registered; desc required */
+#define PDMA_MR_RAW        (1u << 1) /* keys are raw byte strings (pdma_mr_raw_attr) */
+#define PDMA_MR_VIRT_ADDR  (1u << 2) /* remote addressing by virtual address, not offset */
+#define PDMA_MR_ALLOCATED  (1u << 3) /* only allocated (backed) memory may be registered */
+#define PDMA_MR_PROV_KEY   (1u << 4) /* the provider chooses keys; requested_key ignored */
+#define PDMA_MR_MMU_NOTIFY (1u << 5) /* caller must pdma_mr_refresh() after remapping */
+#define PDMA_MR_RMA_EVENT  (1u << 6) /* MRs start disabled; counters via pdma_mr_bind */
+#define PDMA_MR_ENDPOINT   (1u << 7) /* MRs bind to an endpoint and start disabled */
+#define PDMA_MR_HMEM       (1u << 8) /* device (CUDA, sim) buffers must be registered */
+#define PDMA_MR_BASIC (PDMA_MR_VIRT_ADDR | PDMA_MR_ALLOCATED | PDMA_MR_PROV_KEY)
+#define PDMA_MR_MODE_ALL ((1u << 9) - 1)
+
+/* Access flags (fi_mr(3) "access"). */
+#define PDMA_SEND         (1u << 0)
+#define PDMA_RECV         (1u << 1)
+#define PDMA_READ         (1u << 2)
+#define PDMA_WRITE        (1u << 3)
+#define PDMA_REMOTE_READ  (1u << 4)
+#define PDMA_REMOTE_WRITE (1u << 5)
+#define PDMA_ACCESS_ALL   ((1u << 6) - 1)
+
+/* Flags for pdma_domain_bind_eq() and pdma_mr_bind_cntr(). */
+#define PDMA_REG_MR       (1ull << 0) /* EQ: registrations complete asynchronously */
+#define PDMA_REMOTE_WRITE_EVENTS (1ull << 1) /* cntr: count remote writes into the MR */
+
+/* pdma_mr_key() when the domain uses raw keys. */
+#define PDMA_KEY_NOTAVAIL UINT64_MAX
+
+enum pdma_hmem_iface {
+	PDMA_HMEM_SYSTEM = 0, /* host memory */
+	PDMA_HMEM_CUDA = 1,   /* CUDA device memory (libcuda loaded at run time) */
+	PDMA_HMEM_SIM = 2,    /* simulated GPU memory (include/peerdma/sim.h) */
+};
+
+struct pdma_domain;
+struct pdma_mr;
+struct pdma_eq;
+struct pdma_cntr;
+struct pdma_ep;
+struct pdma_sim;
+
+struct pdma_domain_attr {
+	uint32_t mr_mode;        /* PDMA_MR_* bits */
+	size_t mr_key_size;      /* bytes of a non-raw key: 1..8 (0 means 8) */
+	size_t mr_iov_limit;     /* max iov entries per MR (0 means 4) */
+	size_t raw_key_size;     /* bytes of a raw key under PDMA_MR_RAW (0 means 16, min 12) */
+	struct pdma_sim *sim;    /* simulated GPU + DMA device for PDMA_HMEM_SIM; may be NULL */
+	int use_cache;           /* 1: registrations go through the registration cache */
+};
+
+/* Fills *attr with defaults: PDMA_MR_BASIC|LOCAL|HMEM, 8-byte keys, 4 iovs. */
+void pdma_domain_attr_init(struct pdma_domain_attr *attr);
+
+int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **domain);
+/* -EBUSY while MRs, counters, endpoints or the EQ are still open. */
+int pdma_domain_close(struct pdma_domain *domain);
+/* Effective attributes after defaults were applied. */
+int pdma_domain_query(const struct pdma_domain *domain, struct pdma_domain_attr *attr);
+
+struct pdma_mr_attr {
+	const struct iovec *mr_iov;
+	size_t iov_count;
+	uint64_t access;
+	uint64_t offset;          /* must be 0 */
+	uint64_t requested_key;   /* ignored under PDMA_MR_PROV_KEY */
+	void *context;
+	size_t auth_key_size;     /* must be 0: no authorization keys */
+	const uint8_t *auth_key;
+	enum pdma_hmem_iface iface;
+	int device;               /* CUDA ordinal or sim device id (0) */
+};
+
+int pdma_mr_reg(struct pdma_domain *domain, const void *buf, size_t len, uint64_t access,
+		uint64_t offset, uint64_t requested_key, uint64_t flags, struct pdma_mr **mr,
+		void *context);
+int pdma_mr_regv(struct pdma_domain *domain, const struct iovec *iov, size_t count,
+		 uint64_t access, uint64_t offset, uint64_t requested_key, uint64_t flags,
+		 struct pdma_mr **mr, void *context);
+int pdma_mr_regattr(struct pdma_domain *domain, const struct pdma_mr_attr *attr,
+		    uint64_t flags, struct pdma_mr **mr);
+/* -EBUSY while bound to an open counter or endpoint. */
+int pdma_mr_close(struct pdma_mr *mr);
+
+uint64_t pdma_mr_key(const struct pdma_mr *mr);
+void *pdma_mr_desc(const struct pdma_mr *mr);
+void *pdma_mr_context(const struct pdma_mr *mr);
+
+int pdma_mr_raw_attr(const struct pdma_mr *mr, uint64_t *base_addr, uint8_t *raw_key,
+		     size_t *key_size, uint64_t flags);
+int pdma_mr_map_raw(struct pdma_domain *domain, uint64_t base_addr, const uint8_t *raw_key,
+		    size_t key_size, uint64_t *key, uint64_t flags);
+int pdma_mr_unmap_key(struct pdma_domain *domain, uint64_t key);
+
+int pdma_mr_bind_cntr(struct pdma_mr *mr, struct pdma_cntr *cntr, uint64_t flags);
+int pdma_mr_bind_ep(struct pdma_mr *mr, struct pdma_ep *ep, uint64_t flags);
+int pdma_mr_enable(struct pdma_mr *mr);
+int pdma_mr_refresh(struct pdma_mr *mr, const struct iovec *iov, size_t count, uint64_t flags);
+
+/* Counters and endpoints: the objects an MR binds to. */
+int pdma_cntr_open(struct pdma_domain *domain, struct pdma_cntr **cntr);
+uint64_t pdma_cntr_read(const struct pdma_cntr *cntr);
+int pdma_cntr_close(struct pdma_cntr *cntr);
+int pdma_ep_open(struct pdma_domain *domain, struct pdma_ep **ep);
+int pdma_ep_close(struct pdma_ep *ep);
+
+/* Event queue: asynchronous registration completions. */
+#define PDMA_MR_COMPLETE 1
+struct pdma_eq_entry {
+	uint32_t event;      /* PDMA_MR_COMPLETE */
+	struct pdma_mr *mr;  /* the MR the event is about */
+	void *context;       /* the context given at registration */
+};
+int pdma_eq_open(struct pdma_domain *domain, size_t size, struct pdma_eq **eq);
+int pdma_domain_bind_eq(struct pdma_domain *domain, struct pdma_eq *eq, uint64_t flags);
+/* -EAGAIN when empty (timeout_ms 0) or when the wait times out; -1 waits forever. */
+int pdma_eq_read(struct pdma_eq *eq, struct pdma_eq_entry *entry, int timeout_ms);
+int pdma_eq_close(struct pdma_eq *eq);
+
+/* Routing of log lines (library code never prints by itself unless set). */
+typedef void (*pdma_log_fn)(void *arg, int level, const char *msg);
+void pdma_domain_set_log(struct pdma_domain *domain, pdma_log_fn fn, void *arg);
+
+const char *pdma_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PEERDMA_MR_H */

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Memory backends: where memory lives and how it is pinned. One small ops
+ * table per backend (DESIGN.md "mem"): host (mlock), sim (in-process GPU
+ * model), cuda (libcuda at run time), kdev (/dev/peerdma).
+ *
+ * A pin covers a whole-page range [addr, addr + len) of one allocation. When
+ * the backend revokes a pin by itself (GPU memory freed, kernel event), it calls
+ * the pin's revoke callback first, synchronously, before the memory is reused;
+ * the callback must stop DMA to the range and must not call unpin.
+ */
+#ifndef PDMA_LIB_MEM_H
+#define PDMA_LIB_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "peerdma/mr.h"
+
+struct pdma_mem_alloc {
+	uint64_t base;      /* allocation start */
+	size_t size;        /* allocation size */
+	uint64_t buffer_id; /* changes when the address is reallocated (0: unknown) */
+};
+
+typedef void (*pdma_mem_revoke_fn)(void *arg);
+
+struct pdma_mem_ops {
+	const char *name;
+	size_t page_size; /* pin granularity: 4 KiB host, 64 KiB GPU */
+	/* The allocation containing [addr, addr + len): -EFAULT if none or if the
+	 * range leaves it, -EINVAL if the memory is of a kind this backend refuses
+	 * (e.g. CUDA managed memory). */
+	int (*query)(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc *alloc);
+	/* Pin a page-aligned range; *pin is the backend's handle. -ENOMEM: no BAR
+	 * space or lock limit (callers may evict and retry). */
+	int (*pin)(void *be, uint64_t addr, size_t len, pdma_mem_revoke_fn revoke, void *arg,
+		   void **pin);
+	/* Release a pin; safe after the pin was revoked (then only frees it). */
+	void (*unpin)(void *be, void *pin);
+};
+
+extern const struct pdma_mem_ops pdma_mem_host_ops;
+extern const struct pdma_mem_ops pdma_mem_sim_ops;
+
+/* Round [addr, addr + len) out to whole pages of size page (a power of 2). */
+static inline void pdma_page_round(uint64_t page, uint64_t addr, size_t len, uint64_t *start,
+				   size_t *plen)
+{
+	uint64_t s = addr & ~(page - 1);
+	uint64_t e = (addr + len + page - 1) & ~(page - 1);
+	*start = s;
+	*plen = (size_t)(e - s);
+}
+
+#endif /* PDMA_LIB_MEM_H */

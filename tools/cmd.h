@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: MIT */
+/* The peerdma command: one file per subcommand (cmd_NAME.c), each exporting
+ * int pdma_cmd_NAME(int argc, char **argv) with argv[0] the subcommand name.
+ * Return the process exit status: 0 success, 1 failure, 2 usage error. */
+#ifndef PDMA_TOOLS_CMD_H
+#define PDMA_TOOLS_CMD_H
+
+int pdma_cmd_demo(int argc, char **argv);
+int pdma_cmd_gen(int argc, char **argv);
+int pdma_cmd_ingest(int argc, char **argv);
+int pdma_cmd_bench(int argc, char **argv);
+int pdma_cmd_info(int argc, char **argv);
+
+#endif
