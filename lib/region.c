@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+/* Pinned regions: see region.h. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "region.h"
+
+static void region_revoke_cb(void *arg)
+{
+	pdma_region_revoke(arg);
+}
+
+int pdma_region_create(const struct pdma_mem_ops *ops, void *be, enum pdma_hmem_iface iface,
+		       uint64_t start, size_t len, uint64_t buffer_id, struct pdma_region **out)
+{
+	struct pdma_region *r = calloc(1, sizeof(*r));
+	int ret;
+
+	if (!r)
+		return -ENOMEM;
+	r->start = start;
+	r->len = len;
+	r->buffer_id = buffer_id;
+	r->iface = iface;
+	r->ops = ops;
+	r->be = be;
+	atomic_init(&r->refcnt, 1);
+	atomic_init(&r->valid, true);
+	pthread_rwlock_init(&r->quiesce, NULL);
+	/* The backend may revoke at any time after pin() returns, so the
+	 * callback target must be fully initialised first. */
+	ret = ops->pin(be, start, len, region_revoke_cb, r, &r->pin);
+	if (ret) {
+		pthread_rwlock_destroy(&r->quiesce);
+		free(r);
+		return ret;
+	}
+	*out = r;
+	return 0;
+}
+
+void pdma_region_revoke(struct pdma_region *r)
+{
+	/* Exclusive: waits for every DMA that already checked validity. */
+	pthread_rwlock_wrlock(&r->quiesce);
+	atomic_store_explicit(&r->valid, false, memory_order_release);
+	pthread_rwlock_unlock(&r->quiesce);
+}
+
+void pdma_region_destroy(struct pdma_region *r)
+{
+	r->ops->unpin(r->be, r->pin);
+	pthread_rwlock_destroy(&r->quiesce);
+	free(r);
+}
