@@ -43,6 +43,10 @@ struct pdma_mem_ops {
 extern const struct pdma_mem_ops pdma_mem_host_ops;
 extern const struct pdma_mem_ops pdma_mem_sim_ops;
 
+struct pdma_sim;
+/* Bytes moved by the simulated DMA device (statistics). */
+void pdma_sim_count_dma(struct pdma_sim *sim, size_t bytes);
+
 /* Round [addr, addr + len) out to whole pages of size page (a power of 2). */
 static inline void pdma_page_round(uint64_t page, uint64_t addr, size_t len, uint64_t *start,
 				   size_t *plen)

@@ -75,6 +75,20 @@ int pdma_sim_dma_write(struct pdma_domain *domain, uint64_t key, uint64_t addr,
 int pdma_sim_dma_read(struct pdma_domain *domain, uint64_t key, uint64_t addr, void *dst,
 		      size_t len);
 
+/* RMA through the device between a local buffer and a remote MR, the shape of
+ * fi_write/fi_read: the device reads (write) or fills (read) the local buffer
+ * buf, described by desc, and writes or reads the remote MR named by key.
+ * The local buffer needs desc (the MR's pdma_mr_desc) when the domain has
+ * PDMA_MR_LOCAL, and always when it is device memory under PDMA_MR_HMEM; the
+ * desc's MR must cover it and grant PDMA_WRITE (write) or PDMA_READ (read).
+ * Without PDMA_MR_LOCAL and with no desc, host memory is registered on the
+ * fly (through the domain's registration cache when it has one).
+ * Errors as above, plus -EINVAL for a missing, stale or foreign desc. */
+int pdma_sim_write(struct pdma_domain *domain, const void *buf, size_t len, void *desc,
+		   uint64_t addr, uint64_t key);
+int pdma_sim_read(struct pdma_domain *domain, void *buf, size_t len, void *desc, uint64_t addr,
+		  uint64_t key);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: MIT
+/* Domains, counters and endpoints (the objects MRs bind to), log routing. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cache.h"
+#include "domain.h"
+
+void pdma_domain_attr_init(struct pdma_domain_attr *attr)
+{
+	*attr = (struct pdma_domain_attr){
+		.mr_mode = PDMA_MR_BASIC | PDMA_MR_LOCAL | PDMA_MR_HMEM,
+		.mr_key_size = 8,
+		.mr_iov_limit = 4,
+		.raw_key_size = PDMA_RAW_KEY_MIN,
+	};
+}
+
+int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **out)
+{
+	struct pdma_domain *d;
+	int ret;
+
+	if (!attr || !out)
+		return -EINVAL;
+	if (attr->mr_mode & ~PDMA_MR_MODE_ALL)
+		return -EINVAL;
+	if (attr->mr_key_size > 8 || attr->mr_iov_limit > 64)
+		return -EINVAL;
+	if (attr->raw_key_size && (attr->raw_key_size < PDMA_RAW_KEY_MIN ||
+				   attr->raw_key_size > 64))
+		return -EINVAL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->attr = *attr;
+	if (!d->attr.mr_key_size)
+		d->attr.mr_key_size = 8;
+	if (!d->attr.mr_iov_limit)
+		d->attr.mr_iov_limit = 4;
+	if (!d->attr.raw_key_size)
+		d->attr.raw_key_size = PDMA_RAW_KEY_MIN;
+	d->key_mask = d->attr.mr_key_size == 8 ? UINT64_MAX
+					       : (1ull << (8 * d->attr.mr_key_size)) - 1;
+	pthread_rwlock_init(&d->lock, NULL);
+	pthread_mutex_init(&d->cuda_lock, NULL);
+	if (d->attr.use_cache) {
+		struct pdma_cache_attr ca;
+
+		pdma_cache_attr_from_env(&ca);
+		ret = pdma_cache_open(&ca, &d->cache);
+		if (ret) {
+			pthread_mutex_destroy(&d->cuda_lock);
+			pthread_rwlock_destroy(&d->lock);
+			free(d);
+			return ret;
+		}
+	}
+	*out = d;
+	return 0;
+}
+
+int pdma_domain_close(struct pdma_domain *d)
+{
+	if (!d)
+		return -EINVAL;
+	pthread_rwlock_wrlock(&d->lock);
+	if (d->n_mr || d->n_cntr || d->n_ep || d->eq || d->keys) {
+		pthread_rwlock_unlock(&d->lock);
+		return -EBUSY;
+	}
+	pthread_rwlock_unlock(&d->lock);
+	if (d->cache)
+		pdma_cache_close(d->cache);
+	pdma_domain_backend_close(d);
+	pthread_mutex_destroy(&d->cuda_lock);
+	pthread_rwlock_destroy(&d->lock);
+	free(d);
+	return 0;
+}
+
+int pdma_domain_query(const struct pdma_domain *d, struct pdma_domain_attr *attr)
+{
+	if (!d || !attr)
+		return -EINVAL;
+	*attr = d->attr;
+	return 0;
+}
+
+void pdma_domain_set_log(struct pdma_domain *d, pdma_log_fn fn, void *arg)
+{
+	d->log_fn = fn;
+	d->log_arg = arg;
+}
+
+void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	if (!d || !d->log_fn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	d->log_fn(d->log_arg, level, msg);
+}
+
+/* Counters and endpoints stay allocated while an MR is bound to them, even
+ * after close, so an MR never points at freed memory; close only marks them. */
+int pdma_cntr_open(struct pdma_domain *d, struct pdma_cntr **out)
+{
+	struct pdma_cntr *c;
+
+	if (!d || !out)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->dom = d;
+	pthread_rwlock_wrlock(&d->lock);
+	d->n_cntr++;
+	pthread_rwlock_unlock(&d->lock);
+	*out = c;
+	return 0;
+}
+
+uint64_t pdma_cntr_read(const struct pdma_cntr *c)
+{
+	return atomic_load(&c->value);
+}
+
+int pdma_cntr_close(struct pdma_cntr *c)
+{
+	struct pdma_domain *d;
+	bool last;
+
+	if (!c || atomic_load(&c->closed))
+		return -EINVAL;
+	d = c->dom;
+	pthread_rwlock_wrlock(&d->lock);
+	atomic_store(&c->closed, true);
+	last = atomic_load(&c->binds) == 0;
+	d->n_cntr--;
+	pthread_rwlock_unlock(&d->lock);
+	if (last)
+		free(c);
+	return 0;
+}
+
+int pdma_ep_open(struct pdma_domain *d, struct pdma_ep **out)
+{
+	struct pdma_ep *ep;
+
+	if (!d || !out)
+		return -EINVAL;
+	ep = calloc(1, sizeof(*ep));
+	if (!ep)
+		return -ENOMEM;
+	ep->dom = d;
+	pthread_rwlock_wrlock(&d->lock);
+	d->n_ep++;
+	pthread_rwlock_unlock(&d->lock);
+	*out = ep;
+	return 0;
+}
+
+int pdma_ep_close(struct pdma_ep *ep)
+{
+	struct pdma_domain *d;
+	bool last;
+
+	if (!ep || atomic_load(&ep->closed))
+		return -EINVAL;
+	d = ep->dom;
+	pthread_rwlock_wrlock(&d->lock);
+	atomic_store(&ep->closed, true);
+	last = atomic_load(&ep->binds) == 0;
+	d->n_ep--;
+	pthread_rwlock_unlock(&d->lock);
+	if (last)
+		free(ep);
+	return 0;
+}
+
+int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface, int device,
+			const struct pdma_mem_ops **ops, void **be)
+{
+	switch (iface) {
+	case PDMA_HMEM_SYSTEM:
+		*ops = &pdma_mem_host_ops;
+		*be = NULL;
+		return 0;
+	case PDMA_HMEM_SIM:
+		if (!d->attr.sim || device != 0) {
+			pdma_log(d, 1, "no simulated device %d in this domain", device);
+			return -ENODEV;
+		}
+		*ops = &pdma_mem_sim_ops;
+		*be = d->attr.sim;
+		return 0;
+	case PDMA_HMEM_CUDA:
+		return pdma_domain_cuda_backend(d, device, ops, be);
+	}
+	return -EINVAL;
+}
