@@ -125,13 +125,14 @@ int pdma_key_access(struct pdma_domain *d, uint64_t key, uint64_t addr, size_t l
 /* The MR a local descriptor names, if it is live and of this domain. */
 struct pdma_mr *pdma_desc_mr(struct pdma_domain *d, void *desc);
 
-/* Backend selection for an iface. */
+/* Backend selection for memory [addr, addr + len) of an iface (CUDA picks GPU
+ * or host ops by pointer; len 0 only checks that the iface is usable). */
 int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface, int device,
-			const struct pdma_mem_ops **ops, void **be);
+			uint64_t addr, size_t len, const struct pdma_mem_ops **ops, void **be);
 
 /* domain_cuda.c: the CUDA backend, opened at the first CUDA registration. */
-int pdma_domain_cuda_backend(struct pdma_domain *d, int device, const struct pdma_mem_ops **ops,
-			     void **be);
+int pdma_domain_cuda_backend(struct pdma_domain *d, int device, uint64_t addr, size_t len,
+			     const struct pdma_mem_ops **ops, void **be);
 void pdma_domain_backend_close(struct pdma_domain *d);
 
 #endif /* PDMA_LIB_DOMAIN_H */

@@ -12,6 +12,7 @@
 #ifndef PDMA_LIB_MEM_H
 #define PDMA_LIB_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,7 @@ typedef void (*pdma_mem_revoke_fn)(void *arg);
 struct pdma_mem_ops {
 	const char *name;
 	size_t page_size; /* pin granularity: 4 KiB host, 64 KiB GPU */
+	bool cpu_visible; /* the CPU (and so the sim DMA device) can reach the memory */
 	/* The allocation containing [addr, addr + len): -EFAULT if none or if the
 	 * range leaves it, -EINVAL if the memory is of a kind this backend refuses
 	 * (e.g. CUDA managed memory). */

@@ -146,6 +146,7 @@ static void host_unpin(void *be, void *pin)
 const struct pdma_mem_ops pdma_mem_host_ops = {
 	.name = "host",
 	.page_size = HOST_PAGE,
+	.cpu_visible = true,
 	.query = host_query,
 	.pin = host_pin,
 	.unpin = host_unpin,

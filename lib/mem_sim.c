@@ -340,6 +340,7 @@ static void sim_unpin(void *be, void *pin)
 const struct pdma_mem_ops pdma_mem_sim_ops = {
 	.name = "sim",
 	.page_size = PDMA_SIM_PAGE_SIZE,
+	.cpu_visible = true,
 	.query = sim_query,
 	.pin = sim_pin,
 	.unpin = sim_unpin,

@@ -34,15 +34,19 @@ static void region_release(struct pdma_domain *d, struct pdma_region *r)
 }
 
 /* Pin one iov entry: the pages of its allocation that it covers. */
-static int seg_pin(struct pdma_domain *d, const struct pdma_mem_ops *ops, void *be,
-		   enum pdma_hmem_iface iface, uint64_t addr, size_t len, bool use_cache,
-		   struct pdma_region **out)
+static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device, uint64_t addr,
+		   size_t len, bool use_cache, struct pdma_region **out)
 {
+	const struct pdma_mem_ops *ops;
 	struct pdma_mem_alloc alloc;
 	uint64_t start;
 	size_t plen;
+	void *be;
 	int ret;
 
+	ret = pdma_domain_backend(d, iface, device, addr, len, &ops, &be);
+	if (ret)
+		return ret;
 	ret = ops->query(be, addr, len, &alloc);
 	if (ret) {
 		pdma_log(d, 1, "%s memory [%#llx, +%zu) cannot be registered: %s", ops->name,
@@ -110,7 +114,8 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 		pdma_log(d, 1, "device memory registration needs PDMA_MR_HMEM");
 		return -EOPNOTSUPP;
 	}
-	ret = pdma_domain_backend(d, attr->iface, attr->device, &ops, &be);
+	/* Is the iface usable at all (device present, backend loadable)? */
+	ret = pdma_domain_backend(d, attr->iface, attr->device, 0, 0, &ops, &be);
 	if (ret)
 		return ret;
 
@@ -146,7 +151,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	for (size_t i = 0; i < attr->iov_count; i++) {
 		m->segs[i].addr = (uint64_t)(uintptr_t)attr->mr_iov[i].iov_base;
 		m->segs[i].len = attr->mr_iov[i].iov_len;
-		ret = seg_pin(d, ops, be, attr->iface, m->segs[i].addr, m->segs[i].len, true,
+		ret = seg_pin(d, attr->iface, attr->device, m->segs[i].addr, m->segs[i].len, true,
 			      &m->segs[i].region);
 		if (ret)
 			goto err_mr;
@@ -464,9 +469,7 @@ int pdma_mr_enable(struct pdma_mr *m)
 int pdma_mr_refresh(struct pdma_mr *m, const struct iovec *iov, size_t count, uint64_t flags)
 {
 	struct pdma_region *fresh[64] = { 0 };
-	const struct pdma_mem_ops *ops;
 	struct pdma_domain *d;
-	void *be;
 	int ret = 0;
 
 	if (!m || !iov || !count || flags)
@@ -487,16 +490,13 @@ int pdma_mr_refresh(struct pdma_mr *m, const struct iovec *iov, size_t count, ui
 			return -EINVAL;
 		fresh[j] = (struct pdma_region *)1; /* marker, replaced below */
 	}
-	ret = pdma_domain_backend(d, m->iface, m->device, &ops, &be);
-	if (ret)
-		return ret;
 	/* Re-pin outside the lock (pins may be slow); bypass the cache so the
 	 * pages are resolved now, not served from an entry of the old ones. */
 	for (size_t j = 0; j < m->nsegs; j++) {
 		if (!fresh[j])
 			continue;
 		fresh[j] = NULL;
-		ret = seg_pin(d, ops, be, m->iface, m->segs[j].addr, m->segs[j].len, false,
+		ret = seg_pin(d, m->iface, m->device, m->segs[j].addr, m->segs[j].len, false,
 			      &fresh[j]);
 		if (ret) {
 			for (size_t k = 0; k < j; k++)
@@ -552,10 +552,10 @@ int pdma_mr_access(struct pdma_domain *d, struct pdma_mr *m, uint64_t addr, size
 	for (size_t i = first; i <= last; i++) {
 		struct pdma_region *r = m->segs[i].region;
 
-		if (r->iface == PDMA_HMEM_CUDA || !pdma_region_dma_begin(r)) {
+		if (!r->ops->cpu_visible || !pdma_region_dma_begin(r)) {
 			for (size_t k = first; k < i; k++)
 				pdma_region_dma_end(m->segs[k].region);
-			return r->iface == PDMA_HMEM_CUDA ? -EOPNOTSUPP : -EFAULT;
+			return !r->ops->cpu_visible ? -EOPNOTSUPP : -EFAULT;
 		}
 	}
 	for (size_t i = first; i <= last; i++) {

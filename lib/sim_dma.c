@@ -90,7 +90,7 @@ static int local_begin(struct pdma_domain *d, const void *buf, size_t len, void 
 
 			if (a < s->addr || len > s->addr + s->len - a)
 				continue;
-			if (s->region->iface == PDMA_HMEM_CUDA)
+			if (!s->region->ops->cpu_visible)
 				return -EOPNOTSUPP;
 			if (!pdma_region_dma_begin(s->region))
 				return -EFAULT;

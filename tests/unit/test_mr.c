@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,12 +168,22 @@ static void test_hmem_backends(void **state)
 	struct iovec iov = { buf, 64 };
 	struct pdma_mr_attr a = { .mr_iov = &iov, .iov_count = 1, .access = RW };
 	struct pdma_mr *m;
+	void *lib;
 
 	(void)state;
 	a.iface = PDMA_HMEM_SIM; /* no sim attached to this domain */
 	assert_int_equal(pdma_mr_regattr(d, &a, 0, &m), -ENODEV);
 	a.iface = (enum pdma_hmem_iface)7;
 	assert_int_equal(pdma_mr_regattr(d, &a, 0, &m), -EINVAL);
+	a.iface = PDMA_HMEM_CUDA;
+	a.device = -1;
+	assert_int_equal(pdma_mr_regattr(d, &a, 0, &m), -EINVAL);
+	a.device = 0;
+	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) /* no driver: a clear error, not a crash (tests/gpu covers the rest) */
+		assert_int_equal(pdma_mr_regattr(d, &a, 0, &m), -ENODEV);
+	else
+		dlclose(lib);
 	a.iface = PDMA_HMEM_SYSTEM;
 	assert_int_equal(pdma_mr_regattr(d, &a, 0, &m), 0);
 	assert_int_equal(pdma_mr_close(m), 0);
