@@ -7,6 +7,7 @@
 
 #include "cache.h"
 #include "domain.h"
+#include "mem_kdev.h"
 
 void pdma_domain_attr_init(struct pdma_domain_attr *attr)
 {
@@ -46,20 +47,29 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 					       : (1ull << (8 * d->attr.mr_key_size)) - 1;
 	pthread_rwlock_init(&d->lock, NULL);
 	pthread_mutex_init(&d->cuda_lock, NULL);
+	if (d->attr.kernel_device) {
+		ret = pdma_kdev_open(d->attr.kernel_device, &d->kdev);
+		if (ret)
+			goto err;
+		d->attr.kernel_device = NULL; /* the caller's string need not outlive us */
+	}
 	if (d->attr.use_cache) {
 		struct pdma_cache_attr ca;
 
 		pdma_cache_attr_from_env(&ca);
 		ret = pdma_cache_open(&ca, &d->cache);
-		if (ret) {
-			pthread_mutex_destroy(&d->cuda_lock);
-			pthread_rwlock_destroy(&d->lock);
-			free(d);
-			return ret;
-		}
+		if (ret)
+			goto err;
 	}
 	*out = d;
 	return 0;
+err:
+	if (d->kdev)
+		pdma_kdev_close(d->kdev);
+	pthread_mutex_destroy(&d->cuda_lock);
+	pthread_rwlock_destroy(&d->lock);
+	free(d);
+	return ret;
 }
 
 int pdma_domain_close(struct pdma_domain *d)
@@ -75,6 +85,8 @@ int pdma_domain_close(struct pdma_domain *d)
 	if (d->cache)
 		pdma_cache_close(d->cache);
 	pdma_domain_backend_close(d);
+	if (d->kdev)
+		pdma_kdev_close(d->kdev);
 	pthread_mutex_destroy(&d->cuda_lock);
 	pthread_rwlock_destroy(&d->lock);
 	free(d);
@@ -190,8 +202,8 @@ int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface, int d
 {
 	switch (iface) {
 	case PDMA_HMEM_SYSTEM:
-		*ops = &pdma_mem_host_ops;
-		*be = NULL;
+		*ops = d->kdev ? &pdma_mem_kdev_host_ops : &pdma_mem_host_ops;
+		*be = d->kdev;
 		return 0;
 	case PDMA_HMEM_SIM:
 		if (!d->attr.sim || device != 0) {

@@ -20,6 +20,7 @@
 
 struct pdma_cache;
 struct pdma_cuda;
+struct pdma_kdev;
 
 /* A descriptor (pdma_mr_desc) is an ID, not a pointer into the MR: a stale
  * descriptor used after close is then detected by a table lookup instead of
@@ -95,6 +96,7 @@ struct pdma_domain {
 	struct pdma_eq *eq;          /* bound with PDMA_REG_MR */
 	struct pdma_cache *cache;    /* NULL unless attr.use_cache */
 	struct pdma_cuda *cuda;      /* opened at the first CUDA registration */
+	struct pdma_kdev *kdev;      /* attr.kernel_device, opened with the domain */
 	pthread_mutex_t cuda_lock;
 	pdma_log_fn log_fn;
 	void *log_arg;

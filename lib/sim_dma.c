@@ -72,7 +72,9 @@ static int local_begin(struct pdma_domain *d, const void *buf, size_t len, void 
 		       uint64_t access, struct local *l)
 {
 	uint64_t a = (uint64_t)(uintptr_t)buf;
+	const struct pdma_mem_ops *ops;
 	struct pdma_mem_alloc alloc;
+	void *be;
 	struct pdma_mr *m;
 	int ret;
 
@@ -105,20 +107,21 @@ static int local_begin(struct pdma_domain *d, const void *buf, size_t len, void 
 	    !pdma_mem_sim_ops.query(d->attr.sim, a, len, &alloc))
 		return -EINVAL; /* device memory must be registered and described */
 	/* The provider hides local registration: pin the host buffer now. */
-	ret = pdma_mem_host_ops.query(NULL, a, len, &alloc);
+	ret = pdma_domain_backend(d, PDMA_HMEM_SYSTEM, 0, a, len, &ops, &be);
+	if (!ret)
+		ret = ops->query(be, a, len, &alloc);
 	if (ret)
 		return ret;
 	if (d->cache) {
-		ret = pdma_cache_get(d->cache, &pdma_mem_host_ops, NULL, PDMA_HMEM_SYSTEM, a, len,
-				     &alloc, &l->owned);
+		ret = pdma_cache_get(d->cache, ops, be, PDMA_HMEM_SYSTEM, a, len, &alloc,
+				     &l->owned);
 		l->cached = true;
 	} else {
 		uint64_t s;
 		size_t pl;
 
-		pdma_page_round(pdma_mem_host_ops.page_size, a, len, &s, &pl);
-		ret = pdma_region_create(&pdma_mem_host_ops, NULL, PDMA_HMEM_SYSTEM, s, pl, 0,
-					 &l->owned);
+		pdma_page_round(ops->page_size, a, len, &s, &pl);
+		ret = pdma_region_create(ops, be, PDMA_HMEM_SYSTEM, s, pl, 0, &l->owned);
 	}
 	if (ret)
 		return ret;

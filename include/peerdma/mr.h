@@ -81,6 +81,9 @@ struct pdma_domain_attr {
 	size_t raw_key_size;     /* bytes of a raw key under PDMA_MR_RAW (0 means 16, min 12) */
 	struct pdma_sim *sim;    /* simulated GPU + DMA device for PDMA_HMEM_SIM; may be NULL */
 	int use_cache;           /* 1: registrations go through the registration cache */
+	const char *kernel_device; /* non-NULL (e.g. "/dev/peerdma"): pin host memory through
+				    * the kernel module (pin_user_pages + MMU notifier, revocation
+				    * events) instead of mlock; open fails if it is absent */
 };
 
 /* Fills *attr with defaults: PDMA_MR_BASIC|LOCAL|HMEM, 8-byte keys, 4 iovs. */

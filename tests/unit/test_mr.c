@@ -95,6 +95,9 @@ static void test_domain_attrs(void **state)
 	a.raw_key_size = 8;
 	assert_int_equal(pdma_domain_open(&a, &d), -EINVAL);
 	a.raw_key_size = 0;
+	a.kernel_device = "/nonexistent/peerdma";
+	assert_int_equal(pdma_domain_open(&a, &d), -ENODEV);
+	a.kernel_device = NULL;
 	a.mr_key_size = 0;
 	a.mr_iov_limit = 0;
 	assert_int_equal(pdma_domain_open(&a, &d), 0);
