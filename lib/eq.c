@@ -123,11 +123,14 @@ int pdma_eq_close(struct pdma_eq *eq)
 		return -EINVAL;
 	d = eq->dom;
 	pthread_rwlock_wrlock(&d->lock);
-	if (d->eq == eq && d->n_mr) {
+	pthread_mutex_lock(&eq->lock);
+	if (d->eq == eq && (d->n_mr || eq->reserved)) {
 		/* Registrations may still post to it. */
+		pthread_mutex_unlock(&eq->lock);
 		pthread_rwlock_unlock(&d->lock);
 		return -EBUSY;
 	}
+	pthread_mutex_unlock(&eq->lock);
 	if (d->eq == eq)
 		d->eq = NULL;
 	pthread_rwlock_unlock(&d->lock);

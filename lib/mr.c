@@ -119,18 +119,17 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	if (ret)
 		return ret;
 
-	/* Fail on a bad requested key before paying for any pin. */
+	/* Fail on a bad requested key before paying for any pin. The EQ slot is
+	 * reserved under the domain lock: pdma_eq_close (lock exclusive) then
+	 * sees the reservation and cannot free the EQ under us. */
 	pthread_rwlock_rdlock(&d->lock);
 	ret = pdma_key_new(d, attr->requested_key, &key);
 	eq = d->eq;
+	if (!ret && eq)
+		ret = pdma_eq_reserve(eq);
 	pthread_rwlock_unlock(&d->lock);
 	if (ret)
 		return ret;
-	if (eq) {
-		ret = pdma_eq_reserve(eq);
-		if (ret)
-			return ret;
-	}
 
 	m = calloc(1, sizeof(*m) + attr->iov_count * sizeof(m->segs[0]));
 	if (!m) {

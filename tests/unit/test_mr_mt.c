@@ -63,7 +63,7 @@ static void *writer_main(void *arg)
 /* Free GPU memory while two device threads write into it, then reallocate
  * the same address: after pdma_sim_free returns, not one byte of the new
  * allocation may be written through the old registration. */
-static void test_free_vs_dma_no_stale_write(void **state)
+static void free_vs_dma(int use_cache)
 {
 	struct pdma_sim_attr sa = { .mem_size = 4 << 20 };
 	struct pdma_domain_attr da;
@@ -74,10 +74,10 @@ static void test_free_vs_dma_no_stale_write(void **state)
 	const int n = rounds(400);
 	long stale = 0;
 
-	(void)state;
 	assert_int_equal(pdma_sim_open(&sa, &s), 0);
 	pdma_domain_attr_init(&da);
 	da.sim = s;
+	da.use_cache = use_cache;
 	assert_int_equal(pdma_domain_open(&da, &w.d), 0);
 	for (int t = 0; t < 2; t++)
 		assert_int_equal(pthread_create(&th[t], NULL, writer_main, &wt[t]), 0);
@@ -115,6 +115,22 @@ static void test_free_vs_dma_no_stale_write(void **state)
 	assert_true(atomic_load(&w.faulted) > 0);
 	assert_int_equal(pdma_domain_close(w.d), 0);
 	assert_int_equal(pdma_sim_close(s), 0);
+}
+
+static void test_free_vs_dma_no_stale_write(void **state)
+{
+	(void)state;
+	free_vs_dma(0);
+}
+
+/* The same through the registration cache: the free callback and the
+ * cache's invalidation race the device threads, and the revoked region must
+ * leave the cache's index (the next registration of the reused address must
+ * pin the new allocation, not hit the dead entry). */
+static void test_free_vs_dma_cached(void **state)
+{
+	(void)state;
+	free_vs_dma(1);
 }
 
 struct eq_reader {
@@ -226,6 +242,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_free_vs_dma_no_stale_write),
+		cmocka_unit_test(test_free_vs_dma_cached),
 		cmocka_unit_test(test_eq_handle_before_event),
 		cmocka_unit_test(test_parallel_registration),
 	};
