@@ -36,10 +36,23 @@ struct pdma_region {
 /* Pin [start, start + len) (page-aligned) and return a region with one reference. */
 int pdma_region_create(const struct pdma_mem_ops *ops, void *be, enum pdma_hmem_iface iface,
 		       uint64_t start, size_t len, uint64_t buffer_id, struct pdma_region **out);
-/* Mark revoked and wait for in-flight DMA; idempotent. Does not unpin. */
+/* pdma_region_create into caller-provided zeroed memory (the cache embeds
+ * regions in its index entries). Leaves owner and cache_priv as they are, so a
+ * cache can set them before the pin exists. Undo with pdma_region_fini. */
+int pdma_region_init(struct pdma_region *r, const struct pdma_mem_ops *ops, void *be,
+		     enum pdma_hmem_iface iface, uint64_t start, size_t len, uint64_t buffer_id);
+/* Mark revoked and wait for in-flight DMA; idempotent. Does not unpin. If the
+ * region has an owner (a cache), the owner is told afterwards, so the region
+ * leaves its index (pdma_cache_region_revoked, lib/cache.c). */
 void pdma_region_revoke(struct pdma_region *r);
 /* Unpin and free: the last reference is gone. */
 void pdma_region_destroy(struct pdma_region *r);
+/* Unpin; the memory of r stays the caller's (pairs with pdma_region_init). */
+void pdma_region_fini(struct pdma_region *r);
+
+/* Defined by the registration cache (lib/cache.c); called by
+ * pdma_region_revoke for a region whose owner is set. */
+void pdma_cache_region_revoked(struct pdma_region *r);
 
 /* DMA access: returns false (and holds nothing) if the region was revoked. */
 static inline bool pdma_region_dma_begin(struct pdma_region *r)

@@ -1,11 +1,252 @@
 // SPDX-License-Identifier: MIT
-/* PLACEHOLDER: replaced by the owner of this subcommand. */
+/* peerdma ingest: receive VITA-49 streams into registered rings, deframe,
+ * account per stream, print live progress and a JSON summary. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "cmd.h"
+#include "ingest.h"
+#include "peerdma/mr.h"
+#include "peerdma/sim.h"
+
+/* The one global: a signal handler can reach nothing else. */
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+	got_signal = sig;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: peerdma ingest [OPTIONS]\n"
+		"Receive VITA-49 streams over UDP into registered ring buffers, deframe them into\n"
+		"per-stream sample buffers and account received, lost, duplicated, reordered and\n"
+		"malformed packets per stream (exactly, from the sample-count timestamps).\n\n"
+		"  -p, --port N          UDP port (default 4991)\n"
+		"  -b, --bind ADDR       IPv4 address to bind (default 127.0.0.1)\n"
+		"  -t, --threads N       receive threads / sockets (SO_REUSEPORT, default 1)\n"
+		"      --path P          cpu (default) or direct (ring in simulated GPU memory written\n"
+		"                        by the simulated DMA device); host-staged and zero-copy run\n"
+		"                        on a GPU through bench/ingest\n"
+		"      --ring-slots N    slots per ring (default 8192)\n"
+		"      --slot-size B     bytes per slot (default 9216)\n"
+		"      --batch N         recvmmsg batch (default 64)\n"
+		"      --no-register     do not register the rings with a peerdma domain\n"
+		"      --sample-rate HZ  stream sample rate (default 10000000)\n"
+		"      --max-streams N   stream table size (default 64)\n"
+		"      --out-packets N   per-stream output window, packets (default 4096)\n"
+		"  -d, --duration S      stop after S seconds\n"
+		"  -c, --count N         stop after N datagrams\n"
+		"  -i, --idle MS         stop MS milliseconds after the last datagram (default: never)\n"
+		"  -j, --json FILE       write the JSON summary to FILE ('-' = stdout, the default)\n"
+		"  -q, --quiet           no live progress line\n"
+		"  -h, --help\n"
+		"Stops on SIGINT/SIGTERM too. Exit status 0 when the run completed (loss is reported,\n"
+		"not an error), 1 on failure, 2 on usage errors.\n");
+}
+
+static int num(const char *s, unsigned long long max, unsigned long long *v)
+{
+	char *e;
+	errno = 0;
+	*v = strtoull(s, &e, 0);
+	return (errno || *e || !*s || *v > max) ? -1 : 0;
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
 
 int pdma_cmd_ingest(int argc, char **argv)
 {
-	(void)argc;
-	fprintf(stderr, "peerdma %s: not available in this build\n", argv[0]);
-	return 1;
+	static const struct option opts[] = {
+		{ "port", required_argument, NULL, 'p' },
+		{ "bind", required_argument, NULL, 'b' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "path", required_argument, NULL, 'P' },
+		{ "ring-slots", required_argument, NULL, 'r' },
+		{ "slot-size", required_argument, NULL, 'z' },
+		{ "batch", required_argument, NULL, 'B' },
+		{ "no-register", no_argument, NULL, 'N' },
+		{ "sample-rate", required_argument, NULL, 'R' },
+		{ "max-streams", required_argument, NULL, 'M' },
+		{ "out-packets", required_argument, NULL, 'O' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "count", required_argument, NULL, 'c' },
+		{ "idle", required_argument, NULL, 'i' },
+		{ "json", required_argument, NULL, 'j' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	struct pdma_ingest_config c;
+	const char *json_path = "-";
+	bool quiet = false, reg = true;
+	double duration = 0, idle_s = 0;
+	unsigned long long v, count = 0;
+	int opt, ret, status = 0;
+
+	pdma_ingest_config_default(&c);
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "p:b:t:d:c:i:j:qh", opts, NULL)) != -1) {
+		const char *bad = NULL;
+		switch (opt) {
+		case 'p': if (num(optarg, 65535, &v)) bad = "--port"; else c.port = (uint16_t)v; break;
+		case 'b': c.bind_addr = optarg; break;
+		case 't': if (num(optarg, 64, &v) || !v) bad = "--threads"; else c.threads = (uint32_t)v; break;
+		case 'P':
+			if (!strcmp(optarg, "cpu")) c.path = PDMA_RX_CPU;
+			else if (!strcmp(optarg, "direct")) c.path = PDMA_RX_DIRECT;
+			else if (!strcmp(optarg, "host-staged") || !strcmp(optarg, "zero-copy")) {
+				fprintf(stderr, "peerdma ingest: --path %s needs the GPU deframer; "
+						"it runs in bench/ingest on a GPU machine\n", optarg);
+				return 2;
+			} else bad = "--path";
+			break;
+		case 'r': if (num(optarg, 1u << 24, &v) || !v) bad = "--ring-slots"; else c.ring_slots = (uint32_t)v; break;
+		case 'z': if (num(optarg, 1u << 20, &v) || v < 80) bad = "--slot-size"; else c.slot_size = (uint32_t)v; break;
+		case 'B': if (num(optarg, 256, &v) || !v) bad = "--batch"; else c.batch = (uint32_t)v; break;
+		case 'N': reg = false; break;
+		case 'R': if (num(optarg, UINT64_MAX, &v) || !v) bad = "--sample-rate"; else c.dfr.sample_rate = v; break;
+		case 'M': if (num(optarg, 65534, &v) || !v) bad = "--max-streams"; else c.dfr.max_streams = (uint32_t)v; break;
+		case 'O': if (num(optarg, 1u << 20, &v) || !v) bad = "--out-packets"; else c.dfr.out_pkts = (uint32_t)v; break;
+		case 'd': { char *e; duration = strtod(optarg, &e); if (*e || duration <= 0) bad = "--duration"; break; }
+		case 'c': if (num(optarg, UINT64_MAX, &count) || !count) bad = "--count"; break;
+		case 'i': if (num(optarg, 3600000, &v) || !v) bad = "--idle"; else idle_s = (double)v / 1000; break;
+		case 'j': json_path = optarg; break;
+		case 'q': quiet = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+		if (bad) {
+			fprintf(stderr, "peerdma ingest: invalid value '%s' for %s\n", optarg, bad);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "peerdma ingest: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	/* Slots hold whole datagrams; the output keeps whole payloads. */
+	if (c.dfr.max_payload > c.slot_size)
+		c.dfr.max_payload = (c.slot_size - PDMA_SLOT_HDR) & ~3u;
+
+	struct pdma_sim *sim = NULL;
+	struct pdma_domain *dom = NULL;
+	if (c.path == PDMA_RX_DIRECT || reg) {
+		struct pdma_domain_attr da;
+		pdma_domain_attr_init(&da);
+		if (c.path == PDMA_RX_DIRECT) {
+			struct pdma_sim_attr sa = { .mem_size = (size_t)c.threads * c.ring_slots *
+								((c.slot_size + 63u) & ~63u) + (1u << 20) };
+			ret = pdma_sim_open(&sa, &sim);
+			if (ret) {
+				fprintf(stderr, "peerdma ingest: simulated GPU: %s\n", strerror(-ret));
+				return 1;
+			}
+			da.sim = sim;
+		}
+		ret = pdma_domain_open(&da, &dom);
+		if (ret) {
+			fprintf(stderr, "peerdma ingest: domain: %s\n", strerror(-ret));
+			pdma_sim_close(sim);
+			return 1;
+		}
+		c.domain = dom;
+		c.sim = sim;
+	}
+
+	struct pdma_ingest *ing;
+	ret = pdma_ingest_open(&c, &ing);
+	if (ret) {
+		fprintf(stderr, "peerdma ingest: cannot set up port %u: %s%s\n", c.port, strerror(-ret),
+			ret == -ENOMEM ? " (ring registration: check RLIMIT_MEMLOCK, --ring-slots)" : "");
+		status = 1;
+		goto out_dom;
+	}
+	if (!quiet && isatty(STDERR_FILENO))
+		pdma_ingest_set_progress(ing, stderr);
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	ret = pdma_ingest_start(ing);
+	if (ret) {
+		fprintf(stderr, "peerdma ingest: start: %s\n", strerror(-ret));
+		status = 1;
+		goto out_ing;
+	}
+	if (!quiet)
+		fprintf(stderr, "peerdma ingest: listening on %s:%u, %u thread(s), path %s\n",
+			c.bind_addr, pdma_ingest_port(ing), c.threads,
+			c.path == PDMA_RX_DIRECT ? "direct (sim)" : "cpu");
+	double t0 = now_s(), t_last = t0;
+	uint64_t last_n = 0;
+	while (!got_signal) {
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+		struct pdma_ingest_totals t;
+		pdma_ingest_totals(ing, &t);
+		double now = now_s();
+		if (t.datagrams != last_n) {
+			last_n = t.datagrams;
+			t_last = now;
+		}
+		if ((duration > 0 && now - t0 >= duration) || (count && t.datagrams >= count) ||
+		    (idle_s > 0 && last_n && now - t_last >= idle_s))
+			break;
+	}
+	ret = pdma_ingest_stop(ing);
+	if (ret) {
+		fprintf(stderr, "peerdma ingest: receive failed: %s\n", strerror(-ret));
+		status = 1;
+	}
+	json_t *j = pdma_ingest_json(ing, now_s() - t0);
+	if (!quiet) {
+		size_t n;
+		json_t *s;
+		fprintf(stderr, "%-10s %10s %8s %8s %8s %8s %8s\n", "stream", "received", "lost", "dup",
+			"reorder", "malformed", "late");
+		json_array_foreach(json_object_get(j, "streams"), n, s)
+			fprintf(stderr, "0x%-8llx %10lld %8lld %8lld %8lld %8lld %8lld\n",
+				(unsigned long long)json_integer_value(json_object_get(s, "stream_id")),
+				json_integer_value(json_object_get(s, "received")),
+				json_integer_value(json_object_get(s, "lost")),
+				json_integer_value(json_object_get(s, "duplicated")),
+				json_integer_value(json_object_get(s, "reordered")),
+				json_integer_value(json_object_get(s, "malformed")),
+				json_integer_value(json_object_get(s, "late")));
+	}
+	FILE *jf = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
+	if (!jf) {
+		fprintf(stderr, "peerdma ingest: cannot write %s: %s\n", json_path, strerror(errno));
+		status = 1;
+	} else {
+		json_dumpf(j, jf, JSON_INDENT(2));
+		fputc('\n', jf);
+		if (jf != stdout && fclose(jf)) {
+			fprintf(stderr, "peerdma ingest: writing %s failed\n", json_path);
+			status = 1;
+		}
+	}
+	json_decref(j);
+out_ing:
+	pdma_ingest_close(ing);
+out_dom:
+	if (dom)
+		pdma_domain_close(dom);
+	if (sim)
+		pdma_sim_close(sim);
+	return status;
 }
