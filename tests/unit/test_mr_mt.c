@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -63,6 +64,13 @@ static void *writer_main(void *arg)
 /* Free GPU memory while two device threads write into it, then reallocate
  * the same address: after pdma_sim_free returns, not one byte of the new
  * allocation may be written through the old registration. */
+/* Spin (yielding) until *v moves past old, at most about a second. */
+static void wait_for(atomic_long *v, long old)
+{
+	for (int i = 0; i < 1000000 && atomic_load(v) == old; i++)
+		sched_yield();
+}
+
 static void free_vs_dma(int use_cache)
 {
 	struct pdma_sim_attr sa = { .mem_size = 4 << 20 };
@@ -71,7 +79,7 @@ static void free_vs_dma(int use_cache)
 	struct writer w = { 0 };
 	pthread_t th[2];
 	struct writer_thread wt[2] = { { &w, 0 }, { &w, 1024 } };
-	const int n = rounds(400);
+	const int n = rounds(200);
 	long stale = 0;
 
 	assert_int_equal(pdma_sim_open(&sa, &s), 0);
@@ -87,6 +95,7 @@ static void free_vs_dma(int use_cache)
 					  .iface = PDMA_HMEM_SIM };
 		struct pdma_mr *m;
 		unsigned char *g, *g2;
+		long ok0;
 
 		assert_int_equal(pdma_sim_alloc(s, 1 << 16, (void **)&g), 0);
 		iov.iov_base = g;
@@ -97,14 +106,15 @@ static void free_vs_dma(int use_cache)
 						    2), 0);
 		assert_memory_equal(g + 2048, "ok", 2);
 		atomic_store(&w.addr, (uint64_t)(uintptr_t)g);
+		ok0 = atomic_load(&w.ok);
 		atomic_store(&w.key, pdma_mr_key(m));
-		for (volatile int spin = 0; spin < 2000; spin++)
-			;
+		/* Free while the devices are writing: wait (bounded) until one
+		 * write went through, so the free meets transfers in flight. */
+		wait_for(&w.ok, ok0);
 		assert_int_equal(pdma_sim_free(s, g), 0);
 		assert_int_equal(pdma_sim_alloc(s, 1 << 16, (void **)&g2), 0);
 		assert_ptr_equal(g2, g);
-		for (volatile int spin = 0; spin < 2000; spin++)
-			;
+		wait_for(&w.faulted, atomic_load(&w.faulted));
 		for (int b = 0; b < 2048; b++)
 			stale += g2[b] != 0;
 		assert_int_equal(pdma_mr_close(m), 0);
