@@ -120,23 +120,49 @@ void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
 	d->log_fn(d->log_arg, level, msg);
 }
 
-/* Counters and endpoints stay allocated while an MR is bound to them, even
- * after close, so an MR never points at freed memory; close only marks them. */
+/* Counters and endpoints: see struct pdma_bind_target. */
+static void *target_open(struct pdma_domain *d, size_t size, size_t *count)
+{
+	struct pdma_bind_target *t = calloc(1, size);
+
+	if (!t)
+		return NULL;
+	t->dom = d;
+	pthread_rwlock_wrlock(&d->lock);
+	(*count)++;
+	pthread_rwlock_unlock(&d->lock);
+	return t;
+}
+
+static int target_close(struct pdma_bind_target *t, size_t *count)
+{
+	struct pdma_domain *d = t->dom;
+	bool last;
+
+	if (atomic_load(&t->closed))
+		return -EINVAL;
+	pthread_rwlock_wrlock(&d->lock);
+	atomic_store(&t->closed, true);
+	last = atomic_load(&t->binds) == 0;
+	(*count)--;
+	pthread_rwlock_unlock(&d->lock);
+	if (last)
+		free(t);
+	return 0;
+}
+
+void pdma_target_unbind(struct pdma_bind_target *t)
+{
+	if (t && atomic_fetch_sub(&t->binds, 1) == 1 && atomic_load(&t->closed))
+		free(t);
+}
+
 int pdma_cntr_open(struct pdma_domain *d, struct pdma_cntr **out)
 {
-	struct pdma_cntr *c;
-
 	if (!d || !out)
 		return -EINVAL;
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	c->dom = d;
-	pthread_rwlock_wrlock(&d->lock);
-	d->n_cntr++;
-	pthread_rwlock_unlock(&d->lock);
-	*out = c;
-	return 0;
+	*out = target_open(d, sizeof(**out), &d->n_cntr);
+	return *out ? 0 : -ENOMEM;
 }
 
 uint64_t pdma_cntr_read(const struct pdma_cntr *c)
@@ -146,55 +172,20 @@ uint64_t pdma_cntr_read(const struct pdma_cntr *c)
 
 int pdma_cntr_close(struct pdma_cntr *c)
 {
-	struct pdma_domain *d;
-	bool last;
-
-	if (!c || atomic_load(&c->closed))
-		return -EINVAL;
-	d = c->dom;
-	pthread_rwlock_wrlock(&d->lock);
-	atomic_store(&c->closed, true);
-	last = atomic_load(&c->binds) == 0;
-	d->n_cntr--;
-	pthread_rwlock_unlock(&d->lock);
-	if (last)
-		free(c);
-	return 0;
+	return c ? target_close(&c->t, &c->t.dom->n_cntr) : -EINVAL;
 }
 
 int pdma_ep_open(struct pdma_domain *d, struct pdma_ep **out)
 {
-	struct pdma_ep *ep;
-
 	if (!d || !out)
 		return -EINVAL;
-	ep = calloc(1, sizeof(*ep));
-	if (!ep)
-		return -ENOMEM;
-	ep->dom = d;
-	pthread_rwlock_wrlock(&d->lock);
-	d->n_ep++;
-	pthread_rwlock_unlock(&d->lock);
-	*out = ep;
-	return 0;
+	*out = target_open(d, sizeof(**out), &d->n_ep);
+	return *out ? 0 : -ENOMEM;
 }
 
 int pdma_ep_close(struct pdma_ep *ep)
 {
-	struct pdma_domain *d;
-	bool last;
-
-	if (!ep || atomic_load(&ep->closed))
-		return -EINVAL;
-	d = ep->dom;
-	pthread_rwlock_wrlock(&d->lock);
-	atomic_store(&ep->closed, true);
-	last = atomic_load(&ep->binds) == 0;
-	d->n_ep--;
-	pthread_rwlock_unlock(&d->lock);
-	if (last)
-		free(ep);
-	return 0;
+	return ep ? target_close(&ep->t, &ep->t.dom->n_ep) : -EINVAL;
 }
 
 int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface, int device,

@@ -44,18 +44,26 @@ struct pdma_key_entry {
 	UT_hash_handle hh;
 };
 
-struct pdma_cntr {
+/* What an MR binds to (counters, endpoints). Such an object stays allocated
+ * while an MR is bound to it, even after close, so an MR never points at freed
+ * memory; close only marks it. The domain lock (exclusive) orders both. */
+struct pdma_bind_target {
 	struct pdma_domain *dom;
-	atomic_uint_fast64_t value;
 	atomic_int binds;    /* MRs bound to it */
 	atomic_bool closed;  /* freed when closed and no MR is bound */
 };
 
-struct pdma_ep {
-	struct pdma_domain *dom;
-	atomic_int binds;
-	atomic_bool closed;
+struct pdma_cntr {
+	struct pdma_bind_target t; /* first: freed through it */
+	atomic_uint_fast64_t value;
 };
+
+struct pdma_ep {
+	struct pdma_bind_target t;
+};
+
+/* domain.c; caller holds the domain lock exclusive for unbind. */
+void pdma_target_unbind(struct pdma_bind_target *t);
 
 struct pdma_mr {
 	struct pdma_domain *dom;

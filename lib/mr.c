@@ -224,10 +224,10 @@ int pdma_mr_reg(struct pdma_domain *d, const void *buf, size_t len, uint64_t acc
 /* Drop a closed counter/endpoint once its last MR lets go. Domain lock held. */
 static void unbind_all(struct pdma_mr *m)
 {
-	if (m->cntr && atomic_fetch_sub(&m->cntr->binds, 1) == 1 && atomic_load(&m->cntr->closed))
-		free(m->cntr);
-	if (m->ep && atomic_fetch_sub(&m->ep->binds, 1) == 1 && atomic_load(&m->ep->closed))
-		free(m->ep);
+	if (m->cntr)
+		pdma_target_unbind(&m->cntr->t);
+	if (m->ep)
+		pdma_target_unbind(&m->ep->t);
 	m->cntr = NULL;
 	m->ep = NULL;
 }
@@ -241,8 +241,8 @@ int pdma_mr_close(struct pdma_mr *m)
 		return -EINVAL;
 	d = m->dom;
 	pthread_rwlock_wrlock(&d->lock);
-	if ((m->cntr && !atomic_load(&m->cntr->closed)) ||
-	    (m->ep && !atomic_load(&m->ep->closed))) {
+	if ((m->cntr && !atomic_load(&m->cntr->t.closed)) ||
+	    (m->ep && !atomic_load(&m->ep->t.closed))) {
 		pthread_rwlock_unlock(&d->lock);
 		return -EBUSY;
 	}
@@ -402,7 +402,7 @@ int pdma_mr_bind_cntr(struct pdma_mr *m, struct pdma_cntr *c, uint64_t flags)
 	struct pdma_domain *d;
 	int ret = 0;
 
-	if (!m || !c || c->dom != m->dom || atomic_load(&c->closed))
+	if (!m || !c || c->t.dom != m->dom || atomic_load(&c->t.closed))
 		return -EINVAL;
 	d = m->dom;
 	if (!(d->attr.mr_mode & PDMA_MR_RMA_EVENT))
@@ -417,7 +417,7 @@ int pdma_mr_bind_cntr(struct pdma_mr *m, struct pdma_cntr *c, uint64_t flags)
 	else {
 		m->cntr = c;
 		m->cntr_flags = flags;
-		atomic_fetch_add(&c->binds, 1);
+		atomic_fetch_add(&c->t.binds, 1);
 	}
 	pthread_rwlock_unlock(&d->lock);
 	return ret;
@@ -428,7 +428,7 @@ int pdma_mr_bind_ep(struct pdma_mr *m, struct pdma_ep *ep, uint64_t flags)
 	struct pdma_domain *d;
 	int ret = 0;
 
-	if (!m || !ep || ep->dom != m->dom || atomic_load(&ep->closed) || flags)
+	if (!m || !ep || ep->t.dom != m->dom || atomic_load(&ep->t.closed) || flags)
 		return -EINVAL;
 	d = m->dom;
 	if (!(d->attr.mr_mode & PDMA_MR_ENDPOINT))
@@ -440,7 +440,7 @@ int pdma_mr_bind_ep(struct pdma_mr *m, struct pdma_ep *ep, uint64_t flags)
 		ret = -EBUSY;
 	else {
 		m->ep = ep;
-		atomic_fetch_add(&ep->binds, 1);
+		atomic_fetch_add(&ep->t.binds, 1);
 	}
 	pthread_rwlock_unlock(&d->lock);
 	return ret;
