@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the build into a temporary prefix and builds a program against it
+# the way a user would: pkg-config for flags, the shared library at run time.
+# usage: tests/install-test.sh BUILD_DIR CC
+set -euo pipefail
+build=$1 cc=$2
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install "$build" --prefix "$prefix" >/dev/null
+for f in include/peerdma/mr.h include/peerdma/sim.h bin/peerdma; do
+	[ -e "$prefix/$f" ] || { echo "install-test: $f not installed"; exit 1; }
+done
+pc=$(find "$prefix" -name peerdma.pc | head -n1)
+[ -n "$pc" ] || { echo "install-test: peerdma.pc not installed"; exit 1; }
+export PKG_CONFIG_PATH=$(dirname "$pc")
+cat >"$prefix/user.c" <<'C'
+#include <peerdma/mr.h>
+#include <stdio.h>
+int main(void)
+{
+	static char buf[4096];
+	struct pdma_domain_attr a;
+	struct pdma_domain *d;
+	struct pdma_mr *m;
+
+	pdma_domain_attr_init(&a);
+	if (pdma_domain_open(&a, &d) || pdma_mr_reg(d, buf, 64, PDMA_READ, 0, 0, 0, &m, NULL) ||
+	    pdma_mr_key(m) == PDMA_KEY_NOTAVAIL || pdma_mr_close(m) || pdma_domain_close(d))
+		return 1;
+	printf("installed libpeerdma works\n");
+	return 0;
+}
+C
+# shellcheck disable=SC2046
+"$cc" -std=c11 -Wall -Werror -o "$prefix/user" "$prefix/user.c" $(pkg-config --cflags --libs peerdma)
+libdir=$(pkg-config --variable=libdir peerdma)
+LD_LIBRARY_PATH=$libdir "$prefix/user"
+# The static library alone is enough too.
+# shellcheck disable=SC2046
+"$cc" -std=c11 $(pkg-config --cflags peerdma) -o "$prefix/user_static" "$prefix/user.c" \
+	"$libdir/libpeerdma.a" \
+	$(pkg-config --static --libs-only-l peerdma | sed 's/-lpeerdma//')
+"$prefix/user_static"
+"$prefix/bin/peerdma" --help >/dev/null
