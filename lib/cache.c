@@ -30,24 +30,41 @@
  *    invalidation of its range is handed out uncached.
  *
  * Concurrency
- *  - Readers (the hit path) take no lock: a per-thread last-hit slot, then a
- *    hash table on the start page (lock-free chains), then a skip list ordered
- *    by start for lookups inside a region; all under an epoch read section
- *    (RCU-like: a per-thread counter store, with the writer paying the fence
- *    through membarrier(2); plain fences where membarrier is unavailable).
- *  - Reference counts are per region: users + 1 while indexed. A reader takes
- *    a reference with one atomic add and backs off if the count was not
- *    positive. The last reference moves the count 1 -> DEAD with a CAS, after
- *    which no transient increment can revive it.
+ *  - The hit path takes no lock and writes nothing shared but the region's
+ *    own cache line: a hash probe on the start page (inline), then bounded
+ *    walks of the hash chains or of a skip list ordered by start (lookups
+ *    inside a region), one atomic add on the region's count; put is one
+ *    atomic subtract plus the LRU stamp, on the same line.
+ *  - Everything a get or put touches sits in one 64-byte line of the entry
+ *    (key, count, validity, stamp); the region handed out follows it, and
+ *    get/put convert between them by address arithmetic only.
+ *  - Memory safety without a read-side protocol: entries live in a per-cache
+ *    slab of 2 MiB chunks that are only unmapped when the cache is freed
+ *    (type-stable memory, as SLAB_TYPESAFE_BY_RCU), and outgrown hash tables
+ *    are kept until then (they sum to less than the live one). A reader that
+ *    follows a stale pointer finds either a DEAD count or a recycled entry;
+ *    it takes a reference first and then re-checks the key and the validity
+ *    flag, backing off on a mismatch. All reader-visible fields are atomics.
+ *  - Reference counts: users + 1 while indexed. A reader's increment counts
+ *    only if the old value was positive. Whoever takes the count to 0 moves
+ *    it 0 -> DEAD with a CAS and unpins; eviction moves an unreferenced
+ *    region 1 -> DEAD. A count can only reach 0 after the region was
+ *    invalidated (validity false, published by the release of the drop), so
+ *    a reader that slips in on a transient increment sees it invalid.
+ *    Recycling revives a slot by adding 1 - DEAD, which keeps in-flight
+ *    transient increments balanced.
  *  - Writers (misses, evictions, invalidations) serialise on the cache mutex.
  *    Pins and unpins run outside it: the sim backend waits in unpin for a
- *    running revoke callback, and that callback takes the mutex.
- *  - Index memory (entries, old hash tables) is freed only after a grace
- *    period, in batches.
+ *    running revoke callback, and that callback takes the mutex. Unpins
+ *    triggered inside a notification or revoke callback are deferred to the
+ *    next writer call for the same reason.
  *  - LRU: put stores a per-thread monotonic stamp (exact order within a
  *    thread, skew of at most 64 puts between threads); eviction pops a heap
  *    keyed by the stamp seen at insertion and re-sorts lazily, which yields
  *    exact LRU order among unreferenced regions for single-threaded use.
+ *  - Host memory (userfaultfd monitor): before a lookup of host memory the
+ *    caller waits while the monitor thread is handling events (one load), so
+ *    an munmap that has returned is always reflected in the index.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -56,7 +73,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <linux/membarrier.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 
 #include "cache.h"
@@ -65,116 +82,13 @@
 #define TLS __thread __attribute__((tls_model("initial-exec")))
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
+#define RLX(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
 #define REF_DEAD (INT32_MIN / 2)
-#define SL_MAX 16
+#define SL_MAX 12 /* p = 1/4: ample for 4^12 regions */
+#define SLAB_CHUNK ((size_t)2 << 20)
 #define INVAL_RING 64
-#define RETIRE_BATCH 64
 #define SCAN_LIMIT 256
-
-/* ---------------------------------------------------------------------------
- * Epoch-based reclamation (RCU-like), process-wide.
- */
-struct rcu_reader {
-	_Atomic uint64_t ctr; /* 0: outside; else the epoch seen at entry */
-	struct rcu_reader *next;
-} __attribute__((aligned(64)));
-
-static _Atomic uint64_t rcu_epoch = 1;
-static pthread_mutex_t rcu_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rcu_reader *rcu_readers;
-static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
-static pthread_key_t rcu_key;
-static bool rcu_membarrier;
-static TLS struct rcu_reader *tls_reader;
-
-static void rcu_reader_exit(void *arg)
-{
-	struct rcu_reader *rd = arg, **p;
-
-	pthread_mutex_lock(&rcu_lock);
-	for (p = &rcu_readers; *p; p = &(*p)->next) {
-		if (*p == rd) {
-			*p = rd->next;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&rcu_lock);
-	free(rd);
-}
-
-static void rcu_init(void)
-{
-	pthread_key_create(&rcu_key, rcu_reader_exit);
-	if (getenv("PEERDMA_CACHE_NO_MEMBARRIER"))
-		return;
-	if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
-		rcu_membarrier = true;
-}
-
-static struct rcu_reader *rcu_register(void)
-{
-	struct rcu_reader *rd;
-
-	pthread_once(&rcu_once, rcu_init);
-	rd = aligned_alloc(64, sizeof(*rd));
-	if (!rd)
-		return NULL;
-	atomic_init(&rd->ctr, 0);
-	pthread_mutex_lock(&rcu_lock);
-	rd->next = rcu_readers;
-	rcu_readers = rd;
-	pthread_mutex_unlock(&rcu_lock);
-	pthread_setspecific(rcu_key, rd);
-	tls_reader = rd;
-	return rd;
-}
-
-/* Returns the reader, or NULL (no memory to register this thread: take the slow path). */
-static inline struct rcu_reader *rcu_read_lock(void)
-{
-	struct rcu_reader *rd = tls_reader;
-
-	if (unlikely(!rd) && !(rd = rcu_register()))
-		return NULL;
-	atomic_store_explicit(&rd->ctr, atomic_load_explicit(&rcu_epoch, memory_order_acquire),
-			      memory_order_release);
-	if (likely(rcu_membarrier))
-		atomic_signal_fence(memory_order_seq_cst);
-	else
-		atomic_thread_fence(memory_order_seq_cst);
-	return rd;
-}
-
-static inline void rcu_read_unlock(struct rcu_reader *rd)
-{
-	atomic_store_explicit(&rd->ctr, 0, memory_order_release);
-}
-
-/* Wait until every read section that began before the call has ended. */
-static void rcu_synchronize(void)
-{
-	uint64_t e;
-
-	pthread_once(&rcu_once, rcu_init);
-	e = atomic_fetch_add(&rcu_epoch, 1) + 1;
-	if (rcu_membarrier)
-		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-	else
-		atomic_thread_fence(memory_order_seq_cst);
-	pthread_mutex_lock(&rcu_lock);
-	for (struct rcu_reader *rd = rcu_readers; rd; rd = rd->next) {
-		for (;;) {
-			uint64_t c = atomic_load_explicit(&rd->ctr, memory_order_acquire);
-
-			if (c == 0 || c >= e)
-				break;
-			sched_yield();
-		}
-	}
-	pthread_mutex_unlock(&rcu_lock);
-	atomic_thread_fence(memory_order_seq_cst);
-}
 
 /* ---------------------------------------------------------------------------
  * LRU stamps: per-thread monotonic, loosely synchronised through a global.
@@ -202,16 +116,28 @@ static inline uint64_t lru_stamp(void)
  */
 struct retire {
 	struct retire *next;
-	void *base; /* what to free() */
+	void *base; /* what to free(); NULL: an entry, back to the slab */
 };
 
-/* Hot fields first: a lookup and a put touch the first 128 bytes only. */
+/*
+ * One cache line holds everything a hit (get + put) touches: the key, the
+ * reference count, the lookup-validity flag and the LRU stamp. The region
+ * handed to callers follows it; get returns &e->r and put finds e by
+ * subtraction, so neither touches the region's own lines.
+ */
 struct entry {
 	struct entry *_Atomic hnext;  /* hash chain */
+	_Atomic uint64_t start, end;  /* page-rounded range */
+	const struct pdma_mem_ops *_Atomic ops;
+	void *_Atomic be;
+	_Atomic uint64_t buffer_id;
+	_Atomic int32_t refcnt;       /* see "Reference counts" above */
+	_Atomic uint8_t iface;
+	atomic_bool valid;            /* false: never returned by a lookup again */
 	_Atomic uint64_t last_use;    /* LRU stamp (put) */
-	struct pdma_region r;         /* what callers see */
+	/* --- cold --- */
+	struct pdma_region r;         /* what callers see (its refcnt is unused) */
 	struct pdma_cache *cache;
-	uint64_t end;                 /* r.start + r.len */
 	uint64_t heap_key;            /* writer: stamp when (re)placed in the heap */
 	size_t heap_idx;              /* writer: heap position; SIZE_MAX: not in it */
 	bool indexed;                 /* writer: in hash, skip list and heap */
@@ -219,7 +145,9 @@ struct entry {
 	struct retire rt;
 	int levels;
 	struct entry *_Atomic next[]; /* skip list, levels entries */
-} __attribute__((aligned(128)));
+} __attribute__((aligned(64)));
+
+_Static_assert(offsetof(struct entry, r) == 64, "hot fields fill one cache line");
 
 struct htab {
 	size_t mask;
@@ -238,9 +166,9 @@ struct pdma_cache {
 	uint64_t id;
 	struct htab *_Atomic ht;
 	_Atomic uint64_t max_len;      /* longest region ever indexed */
-	_Atomic uint64_t gen;          /* bumped when an entry leaves the index */
 	enum pdma_cache_mode mode[PDMA_CACHE_NIFACE];
 	bool uffd;
+	bool memhooks;
 	bool passthrough;              /* max_count == 0 */
 	struct entry *_Atomic head[SL_MAX] __attribute__((aligned(64)));
 
@@ -252,13 +180,19 @@ struct pdma_cache {
 	size_t heap_len, heap_cap;
 	uint64_t inval_seq;
 	struct inval_rec inval[INVAL_RING];
-	uint64_t rng;
 	struct pdma_monitor_sub *sub;
 	struct pdma_cache_stats st;
 
+	/* Entry slab: 2 MiB chunks (huge pages where the kernel gives them), so
+	 * that the hot lines of many regions share few TLB entries. */
+	pthread_mutex_t slab_lock;
+	struct entry *slab_free;
+	void *chunks;                  /* linked through their first word */
+	size_t entry_size;
+
+	struct retire *old_tables;     /* outgrown hash tables, freed at the end */
+
 	/* Any thread. */
-	struct retire *_Atomic retired;
-	_Atomic size_t nretired;
 	struct entry *_Atomic deferred; /* last reference dropped in a notification */
 	_Atomic uint64_t live;         /* 1 (the cache itself) + regions not yet unpinned */
 	_Atomic uint64_t n_uncached, n_stale;
@@ -267,20 +201,19 @@ struct pdma_cache {
 
 static _Atomic uint64_t cache_ids = 1;
 
-/* Per-thread last hit. */
-static TLS struct {
-	uint64_t cache_id, gen;
-	struct entry *e;
-} tls_last;
-
 static inline struct entry *entry_of(struct pdma_region *r)
 {
 	return (struct entry *)((char *)r - offsetof(struct entry, r));
 }
 
+/* Neighbouring pages go to neighbouring buckets (sequential access stays in
+ * few cache lines); each 256 KiB block of pages starts at a random bucket (so
+ * 2 MiB-aligned GPU buffers do not pile up in a few buckets). */
 static inline size_t hash_start(const struct htab *t, uint64_t start)
 {
-	return (size_t)(((start >> 12) * 0x9E3779B97F4A7C15ull) >> t->shift);
+	uint64_t pn = start >> 12;
+
+	return (size_t)((((pn >> 6) * 0x9E3779B97F4A7C15ull) >> t->shift) + (pn & 63)) & t->mask;
 }
 
 static struct htab *htab_new(size_t nb)
@@ -299,43 +232,95 @@ static struct htab *htab_new(size_t nb)
 }
 
 /* ---------------------------------------------------------------------------
- * Retirement (free after a grace period).
+ * Entry slab.
  */
-static void retire_push(struct pdma_cache *c, struct retire *rt)
+/* A 2 MiB-aligned chunk, carved into DEAD entries on c->slab_free. */
+static int slab_grow(struct pdma_cache *c)
 {
-	struct retire *old = atomic_load_explicit(&c->retired, memory_order_relaxed);
+	char *m = mmap(NULL, 2 * SLAB_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0), *a;
+	struct entry *first = NULL, *last = NULL;
+	size_t n;
 
-	do
-		rt->next = old;
-	while (!atomic_compare_exchange_weak_explicit(&c->retired, &old, rt, memory_order_release,
-						      memory_order_relaxed));
-	atomic_fetch_add_explicit(&c->nretired, 1, memory_order_relaxed);
+	if (m == MAP_FAILED)
+		return -ENOMEM;
+	/* No lock held here: the munmap may be seen by the memhooks monitor
+	 * (a notification for a range no cache holds). */
+	a = (char *)(((uintptr_t)m + SLAB_CHUNK - 1) & ~(uintptr_t)(SLAB_CHUNK - 1));
+	if (a > m)
+		munmap(m, (size_t)(a - m));
+	munmap(a + SLAB_CHUNK, (size_t)(m + 2 * SLAB_CHUNK - (a + SLAB_CHUNK)));
+	madvise(a, SLAB_CHUNK, MADV_HUGEPAGE);
+	/* The first slot holds the chunk link; carve the rest. */
+	n = SLAB_CHUNK / c->entry_size;
+	for (size_t i = n - 1; i >= 1; i--) {
+		struct entry *e = (struct entry *)(a + i * c->entry_size);
+
+		atomic_init(&e->refcnt, REF_DEAD);
+		e->rt.next = (struct retire *)first;
+		first = e;
+		if (!last)
+			last = e;
+	}
+	pthread_mutex_lock(&c->slab_lock);
+	*(void **)a = c->chunks;
+	c->chunks = a;
+	last->rt.next = (struct retire *)c->slab_free;
+	c->slab_free = first;
+	pthread_mutex_unlock(&c->slab_lock);
+	return 0;
 }
 
-static void retire_reclaim(struct pdma_cache *c, bool force)
+static struct entry *slab_alloc(struct pdma_cache *c)
 {
-	struct retire *list, *n;
+	struct entry *e;
 
-	if (!force && atomic_load_explicit(&c->nretired, memory_order_relaxed) < RETIRE_BATCH)
-		return;
-	list = atomic_exchange_explicit(&c->retired, NULL, memory_order_acquire);
-	if (!list)
-		return;
-	rcu_synchronize();
-	for (; list; list = n) {
-		n = list->next;
-		atomic_fetch_sub_explicit(&c->nretired, 1, memory_order_relaxed);
-		free(list->base);
+	for (;;) {
+		pthread_mutex_lock(&c->slab_lock);
+		e = c->slab_free;
+		if (e)
+			c->slab_free = (struct entry *)e->rt.next;
+		pthread_mutex_unlock(&c->slab_lock);
+		if (e || slab_grow(c))
+			return e;
 	}
 }
 
+static void slab_free(struct pdma_cache *c, struct entry *e)
+{
+	pthread_mutex_lock(&c->slab_lock);
+	e->rt.next = (struct retire *)c->slab_free;
+	c->slab_free = e;
+	pthread_mutex_unlock(&c->slab_lock);
+}
+
+static void slab_destroy(struct pdma_cache *c)
+{
+	while (c->chunks) {
+		void *n = *(void **)c->chunks;
+
+		munmap(c->chunks, SLAB_CHUNK);
+		c->chunks = n;
+	}
+	pthread_mutex_destroy(&c->slab_lock);
+}
+
+/* ---------------------------------------------------------------------------
+ * Retirement (free after a grace period).
+ */
 static void cache_free(struct pdma_cache *c)
 {
 	struct htab *t = atomic_load_explicit(&c->ht, memory_order_relaxed);
 
-	retire_reclaim(c, true);
+	while (c->old_tables) {
+		struct retire *n = c->old_tables->next;
+
+		free(c->old_tables->base);
+		c->old_tables = n;
+	}
 	free(t);
 	free(c->heap);
+	slab_destroy(c);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -346,33 +331,31 @@ static void cache_unref(struct pdma_cache *c)
 		cache_free(c);
 }
 
-/* Unpin an entry whose count went to DEAD; free its memory after a grace period. */
+/* Unpin an entry whose count went to DEAD; its slot goes back to the slab
+ * (type-stable: readers with a stale pointer find DEAD or another key). */
 static void entry_destroy(struct entry *e)
 {
 	struct pdma_cache *c = e->cache;
 
 	pdma_region_fini(&e->r);
-	retire_push(c, &e->rt);
+	slab_free(c, e);
 	cache_unref(c);
 }
 
-/* Drop one reference; true if it was the last (the count is then DEAD). */
+/*
+ * Drop one reference; true if the caller must unpin (the count is then DEAD).
+ * Whoever takes the count to 0 tries 0 -> DEAD; if a reader's transient
+ * increment got in between, that reader's own drop takes it to 0 again and
+ * tries in turn, so exactly one caller wins.
+ */
 static bool entry_unref_last(struct entry *e)
 {
-	int old = atomic_load_explicit(&e->r.refcnt, memory_order_relaxed);
+	int32_t zero = 0;
 
-	for (;;) {
-		if (old == 1) {
-			if (atomic_compare_exchange_weak_explicit(&e->r.refcnt, &old, REF_DEAD,
-								  memory_order_acq_rel,
-								  memory_order_relaxed))
-				return true;
-		} else if (atomic_compare_exchange_weak_explicit(&e->r.refcnt, &old, old - 1,
-								 memory_order_release,
-								 memory_order_relaxed)) {
-			return false;
-		}
-	}
+	if (atomic_fetch_sub_explicit(&e->refcnt, 1, memory_order_acq_rel) != 1)
+		return false;
+	return atomic_compare_exchange_strong_explicit(&e->refcnt, &zero, REF_DEAD,
+						       memory_order_acq_rel, memory_order_relaxed);
 }
 
 /* Drop one reference; the last one unpins. */
@@ -414,15 +397,16 @@ static void deferred_run(struct pdma_cache *c)
 	}
 }
 
-/* Take a reference on an entry found in the index (inside a read section or
- * under the lock). False: it is dying. */
+/* Take a reference on an entry found through the index. False: it is dying
+ * or dead (the transient increment is undone). The caller then re-checks the
+ * key: the slot may have been recycled for another region. */
 static inline bool entry_tryref(struct entry *e)
 {
-	int old = atomic_fetch_add_explicit(&e->r.refcnt, 1, memory_order_acquire);
+	int32_t old = atomic_fetch_add_explicit(&e->refcnt, 1, memory_order_acq_rel);
 
 	if (likely(old > 0))
 		return true;
-	atomic_fetch_sub_explicit(&e->r.refcnt, 1, memory_order_relaxed);
+	entry_unref(e);
 	return false;
 }
 
@@ -513,23 +497,11 @@ static void heap_remove(struct pdma_cache *c, struct entry *e)
 static inline bool sl_before(const struct entry *a, uint64_t start, uint64_t end,
 			     const struct entry *b)
 {
-	if (a->r.start != start)
-		return a->r.start < start;
+	if (a->start != start)
+		return a->start < start;
 	if (a->end != end)
 		return a->end < end;
 	return (uintptr_t)a < (uintptr_t)b;
-}
-
-static int sl_random_level(struct pdma_cache *c)
-{
-	int l = 1;
-
-	c->rng ^= c->rng << 13;
-	c->rng ^= c->rng >> 7;
-	c->rng ^= c->rng << 17;
-	for (uint64_t x = c->rng; l < SL_MAX && (x & 3) == 0; x >>= 2)
-		l++;
-	return l;
 }
 
 static inline struct entry *_Atomic *sl_link(struct pdma_cache *c, struct entry *p, int i)
@@ -545,7 +517,7 @@ static void sl_find_preds(struct pdma_cache *c, struct entry *e, struct entry **
 		struct entry *n;
 
 		while ((n = atomic_load_explicit(sl_link(c, p, i), memory_order_relaxed)) &&
-		       sl_before(n, e->r.start, e->end, e))
+		       sl_before(n, e->start, e->end, e))
 			p = n;
 		preds[i] = p;
 	}
@@ -580,15 +552,18 @@ static void sl_remove(struct pdma_cache *c, struct entry *e)
 	}
 }
 
-/* First entry with start >= key (reader-safe). */
-static struct entry *sl_lower_bound(struct pdma_cache *c, uint64_t key)
+/* First entry with start >= key (reader-safe; *budget bounds the steps). */
+static struct entry *sl_lower_bound(struct pdma_cache *c, uint64_t key, size_t *budget)
 {
 	struct entry *p = NULL, *n = NULL;
 
 	for (int i = SL_MAX - 1; i >= 0; i--) {
 		while ((n = atomic_load_explicit(sl_link(c, p, i), memory_order_acquire)) &&
-		       n->r.start < key)
+		       RLX(n->start) < key) {
 			p = n;
+			if (!--*budget)
+				return NULL;
+		}
 	}
 	return n;
 }
@@ -596,44 +571,72 @@ static struct entry *sl_lower_bound(struct pdma_cache *c, uint64_t key)
 /* ---------------------------------------------------------------------------
  * Lookup (readers and writer).
  */
-static inline bool entry_matches(const struct entry *e, const struct pdma_mem_ops *ops, void *be,
+static inline bool entry_matches(struct entry *e, const struct pdma_mem_ops *ops, void *be,
 				 enum pdma_hmem_iface iface, uint64_t s, uint64_t end)
 {
-	return e->r.start <= s && e->r.start + e->r.len >= end && e->r.ops == ops &&
-	       e->r.be == be && e->r.iface == iface;
+	return RLX(e->start) <= s && RLX(e->end) >= end && RLX(e->ops) == ops &&
+	       RLX(e->be) == be && RLX(e->iface) == (uint8_t)iface;
 }
 
-/* Finds and references a valid covering entry. limit bounds the skip-list
- * scan (readers), 0 for none (writer). */
-static struct entry *lookup_ref(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *be,
-				enum pdma_hmem_iface iface, uint64_t s, uint64_t end,
-				size_t limit)
+/* Reference e if it is a valid region covering the request. */
+static inline bool try_hit(struct entry *e, const struct pdma_mem_ops *ops, void *be,
+			   enum pdma_hmem_iface iface, uint64_t s, uint64_t end)
+{
+	if (!entry_matches(e, ops, be, iface, s, end) || !RLX(e->valid) || !entry_tryref(e))
+		return false;
+	/* Referenced: the slot can no longer be recycled; is it still ours? */
+	if (likely(entry_matches(e, ops, be, iface, s, end) &&
+		   atomic_load_explicit(&e->valid, memory_order_acquire)))
+		return true;
+	entry_unref(e);
+	return false;
+}
+
+/*
+ * Finds and references a valid covering entry. Readers (limit != 0) run with
+ * no lock: every pointer they follow leads to a slab entry (type-stable) or a
+ * kept hash table, and every step is bounded (a recycled entry can send a
+ * reader down another chain: a false miss, corrected by the locked slow path).
+ */
+static __attribute__((noinline)) struct entry *
+lookup_ref(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *be,
+	   enum pdma_hmem_iface iface, uint64_t s, uint64_t end, size_t limit)
 {
 	struct htab *t = atomic_load_explicit(&c->ht, memory_order_acquire);
+	size_t n = limit ? limit : SIZE_MAX;
 	struct entry *e;
 	uint64_t maxlen, lo;
-	size_t n = 0;
 
 	for (e = atomic_load_explicit(&t->b[hash_start(t, s)], memory_order_acquire); e;
 	     e = atomic_load_explicit(&e->hnext, memory_order_acquire)) {
-		if (e->r.start == s && entry_matches(e, ops, be, iface, s, end) &&
-		    atomic_load_explicit(&e->r.valid, memory_order_relaxed) && entry_tryref(e))
+		if (RLX(e->start) == s && try_hit(e, ops, be, iface, s, end))
 			return e;
-		if (limit && ++n > limit)
+		if (!--n)
 			return NULL;
 	}
-	/* Inside a region: scan the starts that could still cover end. */
+	/* Inside a region: a covering region starts in [end - maxlen, s). */
 	maxlen = atomic_load_explicit(&c->max_len, memory_order_acquire);
-	if (maxlen < end - s)
-		return NULL;
+	if (maxlen <= end - s)
+		return NULL; /* only start == s could cover: the hash said no */
 	lo = end - maxlen > end ? 0 : end - maxlen;
-	n = 0;
-	for (e = sl_lower_bound(c, lo); e && e->r.start <= s;
+	if ((s - lo) / ops->page_size <= 8) {
+		/* Few candidate starts: probe the hash for each page. */
+		for (uint64_t p = s - ops->page_size; p >= lo && p < s; p -= ops->page_size) {
+			for (e = atomic_load_explicit(&t->b[hash_start(t, p)], memory_order_acquire);
+			     e; e = atomic_load_explicit(&e->hnext, memory_order_acquire)) {
+				if (RLX(e->start) == p && try_hit(e, ops, be, iface, s, end))
+					return e;
+				if (!--n)
+					return NULL;
+			}
+		}
+		return NULL;
+	}
+	for (e = sl_lower_bound(c, lo, &n); e && RLX(e->start) <= s;
 	     e = atomic_load_explicit(&e->next[0], memory_order_acquire)) {
-		if (entry_matches(e, ops, be, iface, s, end) &&
-		    atomic_load_explicit(&e->r.valid, memory_order_relaxed) && entry_tryref(e))
+		if (try_hit(e, ops, be, iface, s, end))
 			return e;
-		if (limit && ++n > limit)
+		if (!--n)
 			return NULL;
 	}
 	return NULL;
@@ -646,7 +649,7 @@ static int index_grow(struct pdma_cache *c)
 {
 	struct htab *old = atomic_load_explicit(&c->ht, memory_order_relaxed), *t;
 
-	if (c->count < old->mask + 1)
+	if (2 * c->count < old->mask + 1)
 		return 0;
 	t = htab_new((old->mask + 1) * 2);
 	if (!t)
@@ -658,7 +661,7 @@ static int index_grow(struct pdma_cache *c)
 		struct entry *e = atomic_load_explicit(&old->b[i], memory_order_relaxed), *n;
 
 		for (; e; e = n) {
-			size_t b = hash_start(t, e->r.start);
+			size_t b = hash_start(t, e->start);
 
 			n = atomic_load_explicit(&e->hnext, memory_order_relaxed);
 			atomic_store_explicit(&e->hnext,
@@ -668,7 +671,10 @@ static int index_grow(struct pdma_cache *c)
 		}
 	}
 	atomic_store_explicit(&c->ht, t, memory_order_release);
-	retire_push(c, &old->rt);
+	/* Readers may still walk it: kept until the cache is freed (the old
+	 * tables add up to less than the current one). */
+	old->rt.next = c->old_tables;
+	c->old_tables = &old->rt;
 	return 0;
 }
 
@@ -677,22 +683,21 @@ static int index_insert(struct pdma_cache *c, struct entry *e)
 	struct htab *t;
 	size_t b;
 
-	e->levels = sl_random_level(c);
 	e->heap_key = atomic_load_explicit(&e->last_use, memory_order_relaxed);
 	if (heap_push(c, e))
 		return -ENOMEM;
 	index_grow(c);
 	t = atomic_load_explicit(&c->ht, memory_order_relaxed);
-	b = hash_start(t, e->r.start);
-	if (e->r.len > atomic_load_explicit(&c->max_len, memory_order_relaxed))
-		atomic_store_explicit(&c->max_len, e->r.len, memory_order_release);
+	b = hash_start(t, e->start);
+	if ((e->end - e->start) > atomic_load_explicit(&c->max_len, memory_order_relaxed))
+		atomic_store_explicit(&c->max_len, (e->end - e->start), memory_order_release);
 	sl_insert(c, e);
 	atomic_store_explicit(&e->hnext, atomic_load_explicit(&t->b[b], memory_order_relaxed),
 			      memory_order_relaxed);
 	atomic_store_explicit(&t->b[b], e, memory_order_release);
 	e->indexed = true;
 	c->count++;
-	c->bytes += e->r.len;
+	c->bytes += (e->end - e->start);
 	return 0;
 }
 
@@ -700,7 +705,7 @@ static int index_insert(struct pdma_cache *c, struct entry *e)
 static void index_remove(struct pdma_cache *c, struct entry *e)
 {
 	struct htab *t = atomic_load_explicit(&c->ht, memory_order_relaxed);
-	struct entry *_Atomic *l = &t->b[hash_start(t, e->r.start)];
+	struct entry *_Atomic *l = &t->b[hash_start(t, e->start)];
 	struct entry *n;
 
 	while ((n = atomic_load_explicit(l, memory_order_relaxed)) && n != e)
@@ -712,8 +717,7 @@ static void index_remove(struct pdma_cache *c, struct entry *e)
 	heap_remove(c, e);
 	e->indexed = false;
 	c->count--;
-	c->bytes -= e->r.len;
-	atomic_fetch_add_explicit(&c->gen, 1, memory_order_release);
+	c->bytes -= (e->end - e->start);
 }
 
 /*
@@ -739,8 +743,8 @@ static size_t evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops, vo
 			heap_down(c, 0);
 			continue;
 		}
-		if ((ops && (e->r.ops != ops || e->r.be != be)) ||
-		    !atomic_compare_exchange_strong_explicit(&e->r.refcnt, &expect, REF_DEAD,
+		if ((ops && (e->ops != ops || e->be != be)) ||
+		    !atomic_compare_exchange_strong_explicit(&e->refcnt, &expect, REF_DEAD,
 							     memory_order_acq_rel,
 							     memory_order_relaxed)) {
 			/* In use or another backend: set aside, keep looking. */
@@ -761,7 +765,7 @@ static size_t evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops, vo
 		e->rt.next = (struct retire *)*victims;
 		*victims = e;
 		got++;
-		gotb += e->r.len;
+		gotb += (e->end - e->start);
 		c->st.evictions++;
 	}
 	for (size_t i = 0; i < naside; i++) {
@@ -778,6 +782,17 @@ static size_t evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops, vo
 
 static void destroy_victims(struct entry *v)
 {
+	struct entry *rev = NULL;
+
+	/* Built newest-first: unpin in eviction (LRU) order. */
+	while (v) {
+		struct entry *n = (struct entry *)v->rt.next;
+
+		v->rt.next = (struct retire *)rev;
+		rev = v;
+		v = n;
+	}
+	v = rev;
 	while (v) {
 		struct entry *n = (struct entry *)v->rt.next;
 
@@ -800,11 +815,13 @@ static size_t invalidate_locked(struct pdma_cache *c, enum pdma_hmem_iface iface
 	rec->start = addr;
 	rec->end = end;
 	rec->iface = iface;
-	for (e = sl_lower_bound(c, lo); e && e->r.start < end; e = n) {
+	size_t budget = SIZE_MAX;
+
+	for (e = sl_lower_bound(c, lo, &budget); e && e->start < end; e = n) {
 		n = atomic_load_explicit(&e->next[0], memory_order_relaxed);
-		if (e->r.iface != iface || e->end <= addr)
+		if (e->iface != iface || e->end <= addr)
 			continue;
-		atomic_store_explicit(&e->r.valid, false, memory_order_release);
+		atomic_store_explicit(&e->valid, false, memory_order_release);
 		index_remove(c, e);
 		e->rt.next = (struct retire *)*drop;
 		*drop = e;
@@ -814,12 +831,14 @@ static size_t invalidate_locked(struct pdma_cache *c, enum pdma_hmem_iface iface
 	return cnt;
 }
 
-/* Drop the index references of a list built by invalidate_locked (no lock). */
+/* Revoke (stop DMA: the memory is going) and drop the index references of a
+ * list built by invalidate_locked; no lock held. */
 static void drop_list(struct entry *v, bool defer)
 {
 	while (v) {
 		struct entry *n = (struct entry *)v->rt.next;
 
+		pdma_region_revoke(&v->r); /* our hook finds it unindexed */
 		if (defer)
 			entry_unref_deferred(v);
 		else
@@ -945,7 +964,6 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 	for (int i = 0; i < PDMA_CACHE_NIFACE; i++)
 		if ((unsigned)attr->mode[i] > PDMA_CACHE_MODE_TAG_CHECK)
 			return -EINVAL;
-	pthread_once(&rcu_once, rcu_init);
 	c = aligned_alloc(64, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -955,11 +973,14 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 		c->attr.max_size = default_max_size();
 	c->passthrough = attr->max_count == 0;
 	c->id = atomic_fetch_add(&cache_ids, 1);
-	c->rng = 0x2545F4914F6CDD1Dull ^ c->id;
 	atomic_init(&c->live, 1);
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->slab_lock, NULL);
+	c->entry_size = (sizeof(struct entry) + SL_MAX * sizeof(struct entry *) + 63) & ~(size_t)63;
 	atomic_init(&c->ht, htab_new(64));
 	if (!atomic_load(&c->ht)) {
+		pthread_mutex_destroy(&c->slab_lock);
+		pthread_mutex_destroy(&c->lock);
 		free(c);
 		return -ENOMEM;
 	}
@@ -973,14 +994,18 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 			c->st.monitor = PDMA_CACHE_MONITOR_USERFAULTFD;
 		}
 	}
-	/* PDMA_CACHE_MONITOR_MEMHOOKS: not built (see the report in cache.c's
-	 * history); host memory stays uncached rather than unsafely cached. */
+	if (!c->passthrough && attr->monitor == PDMA_CACHE_MONITOR_MEMHOOKS) {
+		if (pdma_memhooks_monitor_start() == 0) {
+			c->memhooks = true;
+			c->st.monitor = PDMA_CACHE_MONITOR_MEMHOOKS;
+		}
+	}
 	for (int i = 0; i < PDMA_CACHE_NIFACE; i++) {
 		enum pdma_cache_mode m = attr->mode[i];
 
 		if (m == PDMA_CACHE_MODE_DEFAULT)
 			m = i == PDMA_HMEM_CUDA ? PDMA_CACHE_MODE_TAG_CHECK : PDMA_CACHE_MODE_TRUST;
-		if (i == PDMA_HMEM_SYSTEM && !c->uffd)
+		if (i == PDMA_HMEM_SYSTEM && !c->uffd && !c->memhooks)
 			m = PDMA_CACHE_MODE_OFF;
 		if (c->passthrough)
 			m = PDMA_CACHE_MODE_OFF;
@@ -991,7 +1016,10 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 	if (ret) {
 		if (c->uffd)
 			pdma_uffd_monitor_stop();
+		if (c->memhooks)
+			pdma_memhooks_monitor_stop();
 		free(atomic_load(&c->ht));
+		pthread_mutex_destroy(&c->slab_lock);
 		pthread_mutex_destroy(&c->lock);
 		free(c);
 		return ret;
@@ -1026,28 +1054,38 @@ void pdma_cache_close(struct pdma_cache *c)
 	}
 	atomic_store(&c->closed, true);
 	pthread_mutex_unlock(&c->lock);
-	drop_list(drop, false);
+	/* Not revoked: the memory is still there and users may still DMA. */
+	while (drop) {
+		struct entry *n = (struct entry *)drop->rt.next;
+
+		entry_unref(drop);
+		drop = n;
+	}
 	deferred_run(c);
 	if (c->uffd)
 		pdma_uffd_monitor_stop();
+	if (c->memhooks)
+		pdma_memhooks_monitor_stop();
 	cache_unref(c);
 }
 
 void pdma_cache_region_revoked(struct pdma_region *r)
 {
-	struct entry *e = entry_of(r), *drop = NULL;
+	struct entry *e = entry_of(r);
 	struct pdma_cache *c = e->cache;
+	bool drop = false;
 
+	atomic_store_explicit(&e->valid, false, memory_order_release);
 	pthread_mutex_lock(&c->lock);
 	if (e->indexed) {
 		index_remove(c, e);
 		c->st.invalidations++;
-		drop = e;
-		e->rt.next = NULL;
+		drop = true;
 	}
 	pthread_mutex_unlock(&c->lock);
 	/* An unpin here would wait for this very callback in the sim backend. */
-	drop_list(drop, true);
+	if (drop)
+		entry_unref_deferred(e);
 }
 
 size_t pdma_cache_invalidate(struct pdma_cache *c, enum pdma_hmem_iface iface, uint64_t addr,
@@ -1071,7 +1109,6 @@ size_t pdma_cache_flush(struct pdma_cache *c)
 	for (struct entry *e = v; e; e = (struct entry *)e->rt.next)
 		n++;
 	destroy_victims(v);
-	retire_reclaim(c, true);
 	return n;
 }
 
@@ -1089,21 +1126,21 @@ void pdma_cache_get_stats(struct pdma_cache *c, struct pdma_cache_stats *s)
 }
 
 /* Is the hit e still the memory the caller means? */
-static bool hit_fresh(struct pdma_cache *c, struct entry *e, const struct pdma_mem_alloc *alloc,
-		      uint64_t addr, size_t len)
+static inline bool hit_fresh(struct pdma_cache *c, struct entry *e,
+			     const struct pdma_mem_alloc *alloc, enum pdma_hmem_iface iface,
+			     uint64_t addr, size_t len)
 {
-	uint64_t id = e->r.buffer_id;
+	uint64_t id = RLX(e->buffer_id);
 
-	if (alloc && alloc->buffer_id && id && alloc->buffer_id != id)
-		return false;
-	if (c->mode[e->r.iface] == PDMA_CACHE_MODE_TAG_CHECK &&
-	    !(alloc && alloc->buffer_id)) {
+	if (alloc && alloc->buffer_id)
+		return !id || alloc->buffer_id == id;
+	if (likely(c->mode[iface] != PDMA_CACHE_MODE_TAG_CHECK))
+		return true;
+	{
 		struct pdma_mem_alloc a;
 
-		if (e->r.ops->query(e->r.be, addr, len, &a) || a.buffer_id != id)
-			return false;
+		return !e->ops->query(e->be, addr, len, &a) && a.buffer_id == id;
 	}
-	return true;
 }
 
 /* A hit that turned out stale: make sure nobody gets it again. */
@@ -1112,16 +1149,19 @@ static void reject_stale(struct pdma_cache *c, struct entry *e)
 	struct entry *drop = NULL;
 
 	atomic_fetch_add_explicit(&c->n_stale, 1, memory_order_relaxed);
+	atomic_store_explicit(&e->valid, false, memory_order_release);
 	pthread_mutex_lock(&c->lock);
 	if (e->indexed) {
-		atomic_store_explicit(&e->r.valid, false, memory_order_release);
 		index_remove(c, e);
 		c->st.invalidations++;
 		drop = e;
 		e->rt.next = NULL;
 	}
 	pthread_mutex_unlock(&c->lock);
-	drop_list(drop, false);
+	if (drop)
+		drop_list(drop, false);
+	else
+		pdma_region_revoke(&e->r);
 	entry_unref(e); /* the caller's lookup reference */
 }
 
@@ -1131,99 +1171,154 @@ static inline void uffd_wait(void)
 		sched_yield();
 }
 
+/* The skip-list height of a new entry (thread-local generator: no lock). */
+static int random_level(void)
+{
+	static TLS uint64_t x;
+	int l = 1;
+
+	if (unlikely(!x))
+		x = 0x2545F4914F6CDD1Dull ^ (uint64_t)(uintptr_t)&x;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	for (uint64_t y = x; l < SL_MAX && (y & 3) == 0; y >>= 2)
+		l++;
+	return l;
+}
+
+/*
+ * The miss path (and every get when the interface is not cached): look again
+ * under the lock, make room for the limits, pin outside the lock (evicting
+ * and retrying on -ENOMEM), then index the region if nothing invalidated its
+ * range meanwhile and it fits.
+ */
 static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *be,
 		    enum pdma_hmem_iface iface, uint64_t addr, size_t len, uint64_t s,
 		    uint64_t end, const struct pdma_mem_alloc *alloc, struct pdma_region **region)
 {
-	enum pdma_cache_mode mode = c->mode[iface];
+	enum pdma_cache_mode mode = (unsigned)iface < PDMA_CACHE_NIFACE ? c->mode[iface] :
+									 PDMA_CACHE_MODE_OFF;
 	uint64_t id = alloc ? alloc->buffer_id : 0;
+	size_t plen = (size_t)(end - s);
 	struct entry *e, *victims = NULL;
 	bool cacheable, watched = true, indexed = false;
-	uint64_t seq;
-	size_t sz;
-	int ret;
-
-	deferred_run(c);
-	retire_reclaim(c, false);
-	for (;;) {
-		pthread_mutex_lock(&c->lock);
-		e = lookup_ref(c, ops, be, iface, s, end, 0);
-		if (!e)
-			break;
-		c->st.slow_hits++;
-		pthread_mutex_unlock(&c->lock);
-		if (hit_fresh(c, e, alloc, addr, len)) {
-			*region = &e->r;
-			return 0;
-		}
-		reject_stale(c, e);
-	}
-	c->st.misses++;
-	seq = c->inval_seq;
-	pthread_mutex_unlock(&c->lock);
+	int levels = random_level(), ret;
+	uint64_t seq = 0;
 
 	cacheable = mode == PDMA_CACHE_MODE_TRUST || (mode == PDMA_CACHE_MODE_TAG_CHECK && id);
-	sz = sizeof(struct entry) + SL_MAX * sizeof(struct entry *);
-	e = aligned_alloc(128, (sz + 127) & ~(size_t)127);
+	if (cacheable && plen > c->attr.max_size)
+		cacheable = false;
+	deferred_run(c);
+	if (mode != PDMA_CACHE_MODE_OFF) {
+		for (;;) {
+			pthread_mutex_lock(&c->lock);
+			e = lookup_ref(c, ops, be, iface, s, end, 0);
+			if (!e)
+				break;
+			c->st.slow_hits++;
+			pthread_mutex_unlock(&c->lock);
+			if (hit_fresh(c, e, alloc, iface, addr, len)) {
+				*region = &e->r;
+				return 0;
+			}
+			reject_stale(c, e);
+		}
+		c->st.misses++;
+		seq = c->inval_seq;
+		/* Full: unpin LRU regions before pinning (frees BAR too). */
+		if (cacheable &&
+		    (c->count + 1 > c->attr.max_count || c->bytes + plen > c->attr.max_size))
+			evict_lru(c, NULL, NULL,
+				  c->count + 1 > c->attr.max_count ?
+					  c->count + 1 - c->attr.max_count : 0,
+				  c->bytes + plen > c->attr.max_size ?
+					  c->bytes + plen - c->attr.max_size : 0,
+				  &victims);
+		pthread_mutex_unlock(&c->lock);
+		destroy_victims(victims);
+		victims = NULL;
+	}
+
+	e = slab_alloc(c);
 	if (!e)
 		return -ENOMEM;
-	memset(e, 0, sizeof(*e));
+	/* Readers holding a stale pointer may look at this slot at any time:
+	 * reader-visible fields are written atomically, then the count is
+	 * revived from DEAD (keeping any in-flight transient increments). */
+	atomic_store_explicit(&e->hnext, NULL, memory_order_relaxed);
+	atomic_store_explicit(&e->start, s, memory_order_relaxed);
+	atomic_store_explicit(&e->end, end, memory_order_relaxed);
+	atomic_store_explicit(&e->ops, ops, memory_order_relaxed);
+	atomic_store_explicit(&e->be, be, memory_order_relaxed);
+	atomic_store_explicit(&e->buffer_id, id, memory_order_relaxed);
+	atomic_store_explicit(&e->iface, (uint8_t)iface, memory_order_relaxed);
+	atomic_store_explicit(&e->valid, true, memory_order_relaxed);
+	atomic_store_explicit(&e->last_use, lru_stamp(), memory_order_relaxed);
+	memset(&e->r, 0, sizeof(e->r));
+	e->defer_next = NULL;
+	e->indexed = false;
+	e->heap_key = 0;
+	e->levels = levels;
 	e->cache = c;
-	e->end = end;
 	e->heap_idx = SIZE_MAX;
-	e->rt.base = e;
+	e->rt.base = NULL;
 	e->r.owner = c; /* before the pin: a revocation may come at once */
-	atomic_init(&e->last_use, lru_stamp());
 	atomic_fetch_add(&c->live, 1);
 
 	for (;;) {
 		size_t freed;
 
-		ret = pdma_region_init(&e->r, ops, be, iface, s, (size_t)(end - s), id);
-		if (ret != -ENOMEM)
+		ret = pdma_region_init(&e->r, ops, be, iface, s, plen, id);
+		if (ret != -ENOMEM || mode == PDMA_CACHE_MODE_OFF)
 			break;
 		/* BAR or lock limit: unpin LRU regions of this backend, retry. */
 		pthread_mutex_lock(&c->lock);
-		freed = evict_lru(c, ops, be, 1, (size_t)(end - s), &victims);
+		freed = evict_lru(c, ops, be, 1, plen, &victims);
+		if (freed)
+			c->st.enomem_retries++;
 		pthread_mutex_unlock(&c->lock);
 		if (!freed)
 			break;
 		destroy_victims(victims);
 		victims = NULL;
-		pthread_mutex_lock(&c->lock);
-		c->st.enomem_retries++;
-		pthread_mutex_unlock(&c->lock);
 	}
 	if (ret) {
-		free(e);
+		slab_free(c, e); /* still DEAD: stale readers back off */
 		cache_unref(c);
 		return ret;
 	}
-	if (cacheable && iface == PDMA_HMEM_SYSTEM && c->uffd)
-		watched = pdma_uffd_monitor_watch(s, (size_t)(end - s)) == 0;
+	/* Pinned: revive the count (keeping in-flight transient increments);
+	 * this release publishes the fields above to readers that take a ref. */
+	atomic_fetch_add_explicit(&e->refcnt, 1 - REF_DEAD, memory_order_release);
+	if (!cacheable) {
+		atomic_fetch_add_explicit(&c->n_uncached, 1, memory_order_relaxed);
+		*region = &e->r;
+		return 0;
+	}
+	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
+		watched = pdma_uffd_monitor_watch(s, plen) == 0;
 
 	pthread_mutex_lock(&c->lock);
-	if (!atomic_load_explicit(&e->r.valid, memory_order_acquire)) {
+	if (!atomic_load_explicit(&e->r.valid, memory_order_acquire) ||
+	    !atomic_load_explicit(&e->valid, memory_order_acquire)) {
 		/* Revoked before it was indexed: the memory is gone. */
 		pthread_mutex_unlock(&c->lock);
 		entry_unref(e);
 		return -EFAULT;
 	}
-	if (cacheable && watched && e->r.len <= c->attr.max_size &&
-	    !inval_since(c, seq, iface, s, end)) {
-		if (c->count + 1 > c->attr.max_count || c->bytes + e->r.len > c->attr.max_size) {
-			size_t nc = c->count + 1 > c->attr.max_count ?
-					    c->count + 1 - c->attr.max_count : 0;
-			size_t nb = c->bytes + e->r.len > c->attr.max_size ?
-					    c->bytes + e->r.len - c->attr.max_size : 0;
-
-			evict_lru(c, NULL, NULL, nc, nb, &victims);
-		}
-		if (c->count + 1 <= c->attr.max_count &&
-		    c->bytes + e->r.len <= c->attr.max_size) {
-			atomic_fetch_add_explicit(&e->r.refcnt, 1, memory_order_relaxed);
+	if (watched && !inval_since(c, seq, iface, s, end)) {
+		if (c->count + 1 > c->attr.max_count || c->bytes + plen > c->attr.max_size)
+			evict_lru(c, NULL, NULL,
+				  c->count + 1 > c->attr.max_count ?
+					  c->count + 1 - c->attr.max_count : 0,
+				  c->bytes + plen > c->attr.max_size ?
+					  c->bytes + plen - c->attr.max_size : 0,
+				  &victims);
+		if (c->count + 1 <= c->attr.max_count && c->bytes + plen <= c->attr.max_size) {
+			atomic_fetch_add_explicit(&e->refcnt, 1, memory_order_relaxed);
 			if (index_insert(c, e))
-				atomic_fetch_sub_explicit(&e->r.refcnt, 1, memory_order_relaxed);
+				atomic_fetch_sub_explicit(&e->refcnt, 1, memory_order_relaxed);
 			else
 				indexed = true;
 		}
@@ -1241,69 +1336,41 @@ int pdma_cache_get(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *b
 		   const struct pdma_mem_alloc *alloc, struct pdma_region **region)
 {
 	uint64_t pm = ops->page_size - 1, s, end;
-	struct rcu_reader *rd;
-	struct entry *e = NULL;
+	struct entry *e;
 
-	if (!len || addr + len < addr || addr + len + pm < addr + len)
+	if (unlikely(!len || addr + len < addr || addr + len + pm < addr + len))
 		return -EINVAL;
-	if ((unsigned)iface >= PDMA_CACHE_NIFACE || c->mode[iface] == PDMA_CACHE_MODE_OFF) {
-		uint64_t ps;
-		size_t pl;
-
-		pdma_page_round(ops->page_size, addr, len, &ps, &pl);
-		return pdma_region_create(ops, be, iface, ps, pl, alloc ? alloc->buffer_id : 0,
-					  region);
-	}
 	s = addr & ~pm;
 	end = (addr + len + pm) & ~pm;
+	if (unlikely((unsigned)iface >= PDMA_CACHE_NIFACE ||
+		     c->mode[iface] == PDMA_CACHE_MODE_OFF))
+		return get_slow(c, ops, be, iface, addr, len, s, end, alloc, region);
 	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
 		uffd_wait();
+	/* The common case inline: the region starts on the request's first
+	 * page and heads its hash chain. */
+	{
+		struct htab *t = atomic_load_explicit(&c->ht, memory_order_acquire);
 
-	rd = rcu_read_lock();
-	if (unlikely(!rd))
-		return get_slow(c, ops, be, iface, addr, len, s, end, alloc, region);
-	if (tls_last.cache_id == c->id &&
-	    tls_last.gen == atomic_load_explicit(&c->gen, memory_order_acquire) &&
-	    entry_matches(tls_last.e, ops, be, iface, s, end) &&
-	    atomic_load_explicit(&tls_last.e->r.valid, memory_order_relaxed) &&
-	    entry_tryref(tls_last.e)) {
-		e = tls_last.e;
-	} else {
-		uint64_t gen = atomic_load_explicit(&c->gen, memory_order_acquire);
-
-		e = lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
-		if (e) {
-			tls_last.cache_id = c->id;
-			tls_last.gen = gen;
-			tls_last.e = e;
-		}
+		e = atomic_load_explicit(&t->b[hash_start(t, s)], memory_order_acquire);
+		if (!e || RLX(e->start) != s || !try_hit(e, ops, be, iface, s, end))
+			e = lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
 	}
-	rcu_read_unlock(rd);
 	if (likely(e)) {
-		/* Revoked after the lookup: it is leaving the index. */
-		if (unlikely(!atomic_load_explicit(&e->r.valid, memory_order_acquire))) {
-			entry_unref(e);
-		} else if (likely(hit_fresh(c, e, alloc, addr, len))) {
+		if (likely(hit_fresh(c, e, alloc, iface, addr, len))) {
 			*region = &e->r;
 			return 0;
-		} else {
-			reject_stale(c, e);
 		}
+		reject_stale(c, e);
 	}
 	return get_slow(c, ops, be, iface, addr, len, s, end, alloc, region);
 }
 
 void pdma_cache_put(struct pdma_cache *c, struct pdma_region *r)
 {
-	struct entry *e;
+	struct entry *e = entry_of(r);
 
 	(void)c;
-	if (!r->owner) {
-		if (atomic_fetch_sub(&r->refcnt, 1) == 1)
-			pdma_region_destroy(r);
-		return;
-	}
-	e = entry_of(r);
 	atomic_store_explicit(&e->last_use, lru_stamp(), memory_order_relaxed);
 	entry_unref(e);
 }

@@ -3,11 +3,16 @@
  * Registration (pin-down) cache. See lib/cache.c for the design and policy.
  * A domain opened with use_cache gets one; its MRs obtain regions through it.
  *
- * Regions returned by pdma_cache_get() have owner != NULL when the cache
- * tracks them (indexed, or pinned beyond the limits and released at their
- * last put); a region with owner == NULL is a plain pass-through pin
- * (pdma_region_create) that the caller may release itself. Release both kinds
- * with pdma_cache_put().
+ * Every region returned by pdma_cache_get() has owner == the cache (indexed,
+ * or handed out uncached: beyond the limits, interface not cached, max_count
+ * 0) and must be released with pdma_cache_put(), exactly once per get. The
+ * cache counts references itself: r->refcnt of such a region is not used.
+ * r->valid turns false when the memory goes (notification, revocation, stale
+ * buffer ID): DMA must stop (pdma_region_dma_begin fails), the pin stays
+ * until the last put.
+ *
+ * Thread safety: every call from any thread. get/put on a hit take no lock.
+ * Closing a cache while other threads use it is undefined (as fi_close).
  */
 #ifndef PDMA_LIB_CACHE_H
 #define PDMA_LIB_CACHE_H
@@ -25,7 +30,9 @@ enum pdma_cache_monitor {
 	PDMA_CACHE_MONITOR_DEFAULT = 0,   /* userfaultfd if the kernel allows it, else disabled */
 	PDMA_CACHE_MONITOR_DISABLED,      /* host memory is never cached */
 	PDMA_CACHE_MONITOR_USERFAULTFD,   /* kernel unmap/remap/remove events (lib/monitor_uffd.c) */
-	PDMA_CACHE_MONITOR_MEMHOOKS,      /* not built: treated as unavailable (see lib/cache.c) */
+	PDMA_CACHE_MONITOR_MEMHOOKS,      /* interposed munmap/mremap/madvise/brk/sbrk
+					   * (lib/monitor_memhooks.c; misses libc-internal
+					   * unmaps such as free()) */
 };
 
 /* How the cache keeps regions of one memory interface from going stale. */
@@ -112,6 +119,9 @@ void pdma_uffd_monitor_stop(void);
 /* Watch a page-aligned host range; -errno if it cannot be watched (the
  * cache then does not index the region). */
 int pdma_uffd_monitor_watch(uint64_t start, size_t len);
+/* memhooks: -ENOSYS if the symbols cannot be found (nothing installed). */
+int pdma_memhooks_monitor_start(void);
+void pdma_memhooks_monitor_stop(void);
 /* Odd while the monitor thread is between reading events and finishing their
  * invalidation: a lookup that sees it odd waits, so an munmap that returned
  * (the kernel waits until its event is read) can never be followed by a hit

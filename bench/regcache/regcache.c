@@ -1,0 +1,667 @@
+// SPDX-License-Identifier: MIT
+/*
+ * bench_regcache: peerdma's registration cache (lib/cache.c) against UCX's
+ * registration cache (ucs_rcache, UCX 1.13 API, called directly), the same
+ * workloads in the same run, interleaved repetition by repetition.
+ *
+ *   hit  rand|seq  at 1k, 10k, 100k cached regions, 1 and N threads:
+ *        get + put of a cached region (one page, regions two pages apart so
+ *        UCX merges nothing); ns per get+put per thread, and total Mops/s
+ *   miss  no-op backend: every get pins a region never seen before (lookup,
+ *        pin, insert; "regions" is the count inserted per repetition)
+ *   miss  sim backend: the same with peerdma's simulated GPU (64 KiB pins
+ *        charged against a BAR)
+ *
+ * Both caches run without memory-event monitors (UCX: ucm_events 0; peerdma:
+ * the no-op/sim interface in TRUST mode), so both hit paths are the bare
+ * index lookup and reference counting.
+ *
+ * usage: bench_regcache [--reps N] [--threads N] [--ops N] [--sizes a,b,c]
+ *                       [--json FILE] [--dat FILE] [--note TEXT] [--quick] [--no-miss]
+ *                       [--no-hit]
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/utsname.h>
+
+#include <jansson.h>
+#include <ucs/memory/rcache.h>
+
+#include "cache.h"
+#include "peerdma/sim.h"
+
+#define HPG 4096ull
+#define STRIDE (2 * HPG)
+
+enum kind { K_PDMA, K_UCX };
+enum pattern { P_SEQ, P_RAND, P_MISS };
+
+/* ---------------------------------------------------------------- backends */
+
+static int null_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc *a)
+{
+	(void)be;
+	a->base = addr;
+	a->size = len;
+	a->buffer_id = 0;
+	return 0;
+}
+
+static int null_pin(void *be, uint64_t addr, size_t len, pdma_mem_revoke_fn revoke, void *arg,
+		    void **pin)
+{
+	(void)be, (void)len, (void)revoke, (void)arg;
+	*pin = (void *)(uintptr_t)addr;
+	return 0;
+}
+
+static void null_unpin(void *be, void *pin)
+{
+	(void)be, (void)pin;
+}
+
+static const struct pdma_mem_ops null_ops = {
+	.name = "noop", .page_size = HPG, .query = null_query, .pin = null_pin,
+	.unpin = null_unpin,
+};
+
+/* UCX side: the same no-op registration, or a sim pin. */
+struct ucx_region {
+	ucs_rcache_region_t super;
+	void *pin;
+};
+
+struct ucx_ctx {
+	struct pdma_sim *sim; /* NULL: no-op */
+};
+
+static void ucx_revoke_noop(void *arg)
+{
+	(void)arg;
+}
+
+static ucs_status_t ucx_mem_reg(void *context, ucs_rcache_t *rc, void *arg,
+				ucs_rcache_region_t *region, uint16_t flags)
+{
+	struct ucx_ctx *cx = context;
+	struct ucx_region *r = (struct ucx_region *)region;
+	uint64_t s, e;
+
+	(void)rc, (void)arg, (void)flags;
+	if (!cx->sim) {
+		r->pin = NULL;
+		return UCS_OK;
+	}
+	s = region->super.start & ~(uint64_t)(PDMA_SIM_PAGE_SIZE - 1);
+	e = (region->super.end + PDMA_SIM_PAGE_SIZE - 1) & ~(uint64_t)(PDMA_SIM_PAGE_SIZE - 1);
+	if (pdma_mem_sim_ops.pin(cx->sim, s, e - s, ucx_revoke_noop, NULL, &r->pin))
+		return UCS_ERR_NO_MEMORY;
+	return UCS_OK;
+}
+
+static void ucx_mem_dereg(void *context, ucs_rcache_t *rc, ucs_rcache_region_t *region)
+{
+	struct ucx_ctx *cx = context;
+	struct ucx_region *r = (struct ucx_region *)region;
+
+	(void)rc;
+	if (cx->sim)
+		pdma_mem_sim_ops.unpin(cx->sim, r->pin);
+}
+
+static void ucx_dump(void *context, ucs_rcache_t *rc, ucs_rcache_region_t *region, char *buf,
+		     size_t max)
+{
+	(void)context, (void)rc, (void)region;
+	if (max)
+		buf[0] = '\0';
+}
+
+static const ucs_rcache_ops_t ucx_ops = {
+	.mem_reg = ucx_mem_reg, .mem_dereg = ucx_mem_dereg, .dump_region = ucx_dump,
+};
+
+/* ------------------------------------------------------------------ caches */
+
+struct cachex {
+	enum kind kind;
+	struct pdma_cache *pc;
+	const struct pdma_mem_ops *ops;
+	void *be;
+	ucs_rcache_t *uc;
+	struct ucx_ctx ucx;
+};
+
+static int cachex_open(struct cachex *x, enum kind kind, size_t max_regions,
+		       struct pdma_sim *sim)
+{
+	memset(x, 0, sizeof(*x));
+	x->kind = kind;
+	if (kind == K_PDMA) {
+		struct pdma_cache_attr a;
+
+		memset(&a, 0, sizeof(a));
+		a.max_count = max_regions;
+		a.max_size = (size_t)1 << 50;
+		a.monitor = PDMA_CACHE_MONITOR_DISABLED;
+		a.mode[PDMA_HMEM_SIM] = PDMA_CACHE_MODE_TRUST;
+		x->ops = sim ? &pdma_mem_sim_ops : &null_ops;
+		x->be = sim;
+		return pdma_cache_open(&a, &x->pc);
+	} else {
+		ucs_rcache_params_t p;
+
+		memset(&p, 0, sizeof(p));
+		p.region_struct_size = sizeof(struct ucx_region);
+		p.alignment = HPG;
+		p.max_alignment = HPG;
+		p.ucm_events = 0;
+		p.ops = &ucx_ops;
+		x->ucx.sim = sim;
+		p.context = &x->ucx;
+		p.flags = UCS_RCACHE_FLAG_NO_PFN_CHECK;
+		p.max_regions = max_regions;
+		p.max_size = SIZE_MAX;
+		p.max_unreleased = SIZE_MAX;
+		return ucs_rcache_create(&p, "bench", NULL, &x->uc) == UCS_OK ? 0 : -EIO;
+	}
+}
+
+static void cachex_close(struct cachex *x)
+{
+	if (x->kind == K_PDMA)
+		pdma_cache_close(x->pc);
+	else
+		ucs_rcache_destroy(x->uc);
+}
+
+/* One get + put; 0 or an error. */
+static inline int op_pdma(struct cachex *x, uint64_t addr, size_t len)
+{
+	struct pdma_region *r;
+	int ret = pdma_cache_get(x->pc, x->ops, x->be, PDMA_HMEM_SIM, addr, len, NULL, &r);
+
+	if (ret)
+		return ret;
+	pdma_cache_put(x->pc, r);
+	return 0;
+}
+
+static inline int op_ucx(struct cachex *x, uint64_t addr, size_t len)
+{
+	ucs_rcache_region_t *r;
+
+	if (ucs_rcache_get(x->uc, (void *)(uintptr_t)addr, len, PROT_READ | PROT_WRITE, NULL, &r) !=
+	    UCS_OK)
+		return -EIO;
+	ucs_rcache_region_put(x->uc, r);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ workers */
+
+struct work {
+	struct cachex *x;
+	enum pattern pat;
+	uint64_t base, stride;
+	size_t len, nregions, ops;
+	uint64_t seed, first; /* P_MISS: index of this thread's first fresh region */
+	pthread_barrier_t *bar;
+	double secs;
+	size_t errors;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define LOOP(OP)                                                                              \
+	do {                                                                                  \
+		if (w->pat == P_SEQ) {                                                        \
+			size_t i = (size_t)(w->seed % w->nregions);                           \
+			for (size_t k = 0; k < w->ops; k++) {                                 \
+				errs += OP(x, w->base + i * w->stride, w->len) != 0;          \
+				if (++i == w->nregions)                                       \
+					i = 0;                                                \
+			}                                                                     \
+		} else if (w->pat == P_RAND) {                                                \
+			uint64_t s = w->seed | 1;                                             \
+			for (size_t k = 0; k < w->ops; k++) {                                 \
+				s ^= s << 13;                                                 \
+				s ^= s >> 7;                                                  \
+				s ^= s << 17;                                                 \
+				/* multiply-shift range reduction: no division */         \
+				errs += OP(x, w->base + (uint64_t)(((unsigned __int128)s *   \
+								    w->nregions) >> 64) *     \
+							   w->stride,                        \
+					   w->len) != 0;                                      \
+			}                                                                     \
+		} else {                                                                      \
+			size_t i = (size_t)w->first;                                          \
+			for (size_t k = 0; k < w->ops; k++) {                                 \
+				errs += OP(x, w->base + i * w->stride, w->len) != 0;          \
+				if (++i == w->nregions)                                       \
+					i = 0;                                                \
+			}                                                                     \
+		}                                                                             \
+	} while (0)
+
+static void *worker(void *arg)
+{
+	struct work *w = arg;
+	struct cachex *x = w->x;
+	size_t errs = 0;
+	double t0;
+
+	pthread_barrier_wait(w->bar);
+	t0 = now();
+	if (x->kind == K_PDMA)
+		LOOP(op_pdma);
+	else
+		LOOP(op_ucx);
+	w->secs = now() - t0;
+	w->errors = errs;
+	return NULL;
+}
+
+struct result {
+	double ns;   /* per get+put, per thread */
+	double mops; /* total */
+	size_t errors;
+};
+
+static struct result run_threads(struct cachex *x, enum pattern pat, uint64_t base,
+				 uint64_t stride, size_t len, size_t nregions, size_t ops,
+				 int threads, uint64_t seed, size_t first)
+{
+	pthread_t th[64];
+	struct work w[64];
+	pthread_barrier_t bar;
+	struct result r = { 0 };
+	double maxs = 0, sum = 0;
+
+	pthread_barrier_init(&bar, NULL, (unsigned)threads);
+	for (int t = 0; t < threads; t++) {
+		w[t] = (struct work){ .x = x, .pat = pat, .base = base, .stride = stride, .len = len,
+				      .nregions = nregions, .ops = ops,
+				      .seed = seed * 7919 + (uint64_t)t * 104729 + 1,
+				      .first = first + (size_t)t * ops, .bar = &bar };
+		if (t)
+			pthread_create(&th[t], NULL, worker, &w[t]);
+	}
+	worker(&w[0]);
+	for (int t = 1; t < threads; t++)
+		pthread_join(th[t], NULL);
+	for (int t = 0; t < threads; t++) {
+		sum += w[t].secs;
+		if (w[t].secs > maxs)
+			maxs = w[t].secs;
+		r.errors += w[t].errors;
+	}
+	pthread_barrier_destroy(&bar);
+	r.ns = sum / threads / (double)ops * 1e9;
+	r.mops = (double)ops * threads / maxs / 1e6;
+	return r;
+}
+
+/* --------------------------------------------------------------------- main */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct row {
+	char name[64];
+	const char *pattern;
+	size_t regions;
+	int threads;
+	double ns[2], mops[2];
+	double ns_all[2][64], mops_all[2][64];
+	int reps;
+	size_t errors[2];
+};
+
+static struct row rows[64];
+static int nrows;
+
+static void fill_row(struct row *rw)
+{
+	for (int k = 0; k < 2; k++) {
+		double a[64], b[64];
+
+		memcpy(a, rw->ns_all[k], sizeof(a));
+		memcpy(b, rw->mops_all[k], sizeof(b));
+		rw->ns[k] = median(a, rw->reps);
+		rw->mops[k] = median(b, rw->reps);
+	}
+}
+
+/* Hit workloads at nregions: both caches filled, then the same loops. */
+static void bench_hits(size_t nregions, int maxthreads, int reps, size_t ops, void *mem)
+{
+	struct cachex x[2];
+	const char *pats[2] = { "rand", "seq" };
+	enum pattern pv[2] = { P_RAND, P_SEQ };
+	uint64_t base = (uint64_t)(uintptr_t)mem;
+
+	for (int k = 0; k < 2; k++) {
+		if (cachex_open(&x[k], (enum kind)k, nregions + 64, NULL)) {
+			fprintf(stderr, "cannot open the %s cache\n", k ? "UCX" : "peerdma");
+			exit(1);
+		}
+		for (size_t i = 0; i < nregions; i++) {
+			int ret = k == K_PDMA ? op_pdma(&x[k], base + i * STRIDE, HPG)
+					      : op_ucx(&x[k], base + i * STRIDE, HPG);
+
+			if (ret) {
+				fprintf(stderr, "fill failed: %d\n", ret);
+				exit(1);
+			}
+		}
+	}
+	for (int p = 0; p < 2; p++) {
+		for (int threads = 1; threads <= maxthreads; threads = threads == 1 ? maxthreads : threads + 1) {
+			struct row *rw = &rows[nrows++];
+
+			snprintf(rw->name, sizeof(rw->name), "hit %s", pats[p]);
+			rw->pattern = pats[p];
+			rw->regions = nregions;
+			rw->threads = threads;
+			rw->reps = reps;
+			for (int rep = 0; rep < reps; rep++) {
+				for (int k = 0; k < 2; k++) {
+					/* Alternate which goes first, to share drift. */
+					int kk = rep % 2 ? 1 - k : k;
+					struct result r = run_threads(&x[kk], pv[p], base, STRIDE, HPG,
+								      nregions, ops, threads,
+								      (uint64_t)rep + 1, 0);
+
+					rw->ns_all[kk][rep] = r.ns;
+					rw->mops_all[kk][rep] = r.mops;
+					rw->errors[kk] += r.errors;
+				}
+			}
+			fill_row(rw);
+			if (threads == maxthreads)
+				break;
+		}
+	}
+	for (int k = 0; k < 2; k++)
+		cachex_close(&x[k]);
+}
+
+/*
+ * Miss workloads: every get is a miss on an address never seen before: lookup,
+ * pin, insert (and the put that leaves it cached). No limit is reached:
+ * UCX 1.13's ucs_rcache does not enforce max_regions (measured: 4000 regions
+ * stay registered with max_regions 1024), so eviction cannot be compared.
+ */
+static void bench_miss(bool sim_backend, int reps, size_t ops, void *mem)
+{
+	struct row *rw = &rows[nrows++];
+	struct pdma_sim *sim = NULL;
+	void *simmem = NULL;
+	size_t len;
+	uint64_t base, stride;
+
+	snprintf(rw->name, sizeof(rw->name), "miss+pin %s", sim_backend ? "sim" : "noop");
+	rw->pattern = "miss";
+	rw->threads = 1;
+	rw->reps = reps;
+	rw->regions = ops;
+	if (sim_backend) {
+		struct pdma_sim_attr sa = { .mem_size = 2 * ops * PDMA_SIM_PAGE_SIZE + (1 << 20),
+					    .bar_size = 2 * ops * PDMA_SIM_PAGE_SIZE };
+
+		if (pdma_sim_open(&sa, &sim) ||
+		    pdma_sim_alloc(sim, 2 * ops * PDMA_SIM_PAGE_SIZE, &simmem)) {
+			fprintf(stderr, "sim setup failed\n");
+			exit(1);
+		}
+		base = (uint64_t)(uintptr_t)simmem;
+		stride = 2 * PDMA_SIM_PAGE_SIZE; /* apart: UCX merges nothing */
+		len = PDMA_SIM_PAGE_SIZE;
+	} else {
+		base = (uint64_t)(uintptr_t)mem;
+		stride = STRIDE;
+		len = HPG;
+	}
+	for (int rep = 0; rep < reps; rep++) {
+		for (int k = 0; k < 2; k++) {
+			int kk = rep % 2 ? 1 - k : k;
+			struct cachex x;
+			struct result r;
+
+			if (cachex_open(&x, (enum kind)kk, 2 * ops + 1024, sim)) {
+				fprintf(stderr, "cannot open cache\n");
+				exit(1);
+			}
+			r = run_threads(&x, P_MISS, base, stride, len, ops, ops, 1, 1, 0);
+			rw->ns_all[kk][rep] = r.ns;
+			rw->mops_all[kk][rep] = r.mops;
+			rw->errors[kk] += r.errors;
+			cachex_close(&x);
+		}
+	}
+	fill_row(rw);
+	if (sim) {
+		pdma_sim_free(sim, simmem);
+		pdma_sim_close(sim);
+	}
+}
+
+static void machine_json(json_t *m, const char *note, double load_start)
+{
+	char model[256] = "unknown", line[512];
+	long memkb = 0;
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	struct utsname u;
+	double la[3] = { 0 };
+
+	if (f) {
+		while (fgets(line, sizeof(line), f)) {
+			char *c = strchr(line, ':');
+
+			if (!strncmp(line, "model name", 10) && c) {
+				snprintf(model, sizeof(model), "%s", c + 2);
+				model[strcspn(model, "\n")] = 0;
+				break;
+			}
+		}
+		fclose(f);
+	}
+	f = fopen("/proc/meminfo", "r");
+	if (f) {
+		if (fscanf(f, "MemTotal: %ld kB", &memkb) != 1)
+			memkb = 0;
+		fclose(f);
+	}
+	uname(&u);
+	la[0] = load_start;
+	json_object_set_new(m, "cpu", json_string(model));
+	json_object_set_new(m, "online_cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
+	json_object_set_new(m, "mem_gib", json_real((double)memkb / 1048576.0));
+	json_object_set_new(m, "kernel", json_string(u.release));
+	json_object_set_new(m, "ucx_version", json_string(PDMA_UCX_VERSION));
+	json_object_set_new(m, "loadavg_1min_at_start", json_real(la[0]));
+	if (note)
+		json_object_set_new(m, "note", json_string(note));
+}
+
+int main(int argc, char **argv)
+{
+	int reps = 5, threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	size_t ops = 2000000, miss_ops = 100000;
+	size_t sizes[8] = { 1000, 10000, 100000 }, nsizes = 3;
+	const char *json_path = NULL, *dat_path = NULL, *note = NULL;
+	bool no_miss = false, no_hit = false;
+	size_t mem_slots, max_regions = 0;
+	void *mem;
+	json_t *root, *jr, *jm;
+	double la[3] = { 0 }, load_start;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			threads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--ops") && i + 1 < argc)
+			ops = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--json") && i + 1 < argc)
+			json_path = argv[++i];
+		else if (!strcmp(argv[i], "--dat") && i + 1 < argc)
+			dat_path = argv[++i];
+		else if (!strcmp(argv[i], "--note") && i + 1 < argc)
+			note = argv[++i];
+		else if (!strcmp(argv[i], "--no-miss"))
+			no_miss = true;
+		else if (!strcmp(argv[i], "--no-hit"))
+			no_hit = true;
+		else if (!strcmp(argv[i], "--quick")) {
+			reps = 3;
+			ops = 200000;
+			miss_ops = 20000;
+		} else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
+			char *s = argv[++i], *t;
+
+			nsizes = 0;
+			for (t = strtok(s, ","); t && nsizes < 8; t = strtok(NULL, ","))
+				sizes[nsizes++] = strtoull(t, NULL, 0);
+		} else {
+			fprintf(stderr,
+				"usage: %s [--reps N] [--threads N] [--ops N] [--sizes a,b,c] "
+				"[--json FILE] [--dat FILE] [--note TEXT] [--quick] [--no-miss] [--no-hit]\n",
+				argv[0]);
+			return 2;
+		}
+	}
+	if (reps < 1 || reps > 64 || threads < 1 || threads > 64 || !ops) {
+		fprintf(stderr, "bad arguments\n");
+		return 2;
+	}
+	for (size_t i = 0; i < nsizes; i++)
+		if (sizes[i] > max_regions)
+			max_regions = sizes[i];
+	/* Untouched address space: the caches never access the memory. */
+	mem_slots = max_regions > miss_ops ? max_regions : miss_ops;
+	mem = mmap(NULL, mem_slots * STRIDE, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (mem == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
+
+	getloadavg(la, 3);
+	load_start = la[0];
+	for (size_t i = 0; i < nsizes && !no_hit; i++)
+		bench_hits(sizes[i], threads, reps, ops, mem);
+	if (!no_miss) {
+		bench_miss(false, reps, miss_ops, mem);
+		bench_miss(true, reps, miss_ops / 4, mem);
+	}
+
+	printf("%-16s %8s %3s | %10s %9s | %10s %9s | %7s\n", "workload", "regions", "thr",
+	       "peerdma ns", "Mops/s", "UCX ns", "Mops/s", "ratio");
+	for (int i = 0; i < nrows; i++) {
+		struct row *rw = &rows[i];
+
+		printf("%-16s %8zu %3d | %10.1f %9.2f | %10.1f %9.2f | %7.3f%s\n", rw->name,
+		       rw->regions, rw->threads, rw->ns[0], rw->mops[0], rw->ns[1], rw->mops[1],
+		       rw->ns[0] / rw->ns[1], rw->errors[0] || rw->errors[1] ? "  (errors!)" : "");
+	}
+	printf("ns: median over %d repetitions of the mean time per get+put per thread; "
+	       "ratio: peerdma ns / UCX ns\n",
+	       reps);
+
+	root = json_object();
+	jm = json_object();
+	machine_json(jm, note, load_start);
+	getloadavg(la, 3);
+	json_object_set_new(jm, "loadavg_1min_at_end", json_real(la[0]));
+	json_object_set_new(root, "machine", jm);
+	json_object_set_new(root, "reps", json_integer(reps));
+	json_object_set_new(root, "ops_per_thread", json_integer((json_int_t)ops));
+	json_object_set_new(root, "miss_ops", json_integer((json_int_t)miss_ops));
+	json_object_set_new(root, "statistic", json_string("median of reps; ns per get+put per thread"));
+	jr = json_array();
+	for (int i = 0; i < nrows; i++) {
+		struct row *rw = &rows[i];
+		json_t *o = json_object();
+
+		json_object_set_new(o, "workload", json_string(rw->name));
+		json_object_set_new(o, "pattern", json_string(rw->pattern));
+		json_object_set_new(o, "regions", json_integer((json_int_t)rw->regions));
+		json_object_set_new(o, "threads", json_integer(rw->threads));
+		for (int k = 0; k < 2; k++) {
+			json_t *c = json_object(), *a = json_array();
+
+			for (int r = 0; r < rw->reps; r++)
+				json_array_append_new(a, json_real(rw->ns_all[k][r]));
+			json_object_set_new(c, "ns_per_op", json_real(rw->ns[k]));
+			json_object_set_new(c, "mops_total", json_real(rw->mops[k]));
+			json_object_set_new(c, "ns_samples", a);
+			json_object_set_new(c, "errors", json_integer((json_int_t)rw->errors[k]));
+			json_object_set_new(o, k ? "ucx" : "peerdma", c);
+		}
+		json_object_set_new(o, "ratio_ns", json_real(rw->ns[0] / rw->ns[1]));
+		json_array_append_new(jr, o);
+	}
+	json_object_set_new(root, "rows", jr);
+	if (json_path && json_dump_file(root, json_path, JSON_INDENT(2)))
+		fprintf(stderr, "cannot write %s\n", json_path);
+	json_decref(root);
+
+	if (dat_path) {
+		FILE *f = fopen(dat_path, "w");
+
+		if (!f) {
+			perror(dat_path);
+			return 1;
+		}
+		/* regions, then peerdma/UCX ns for: rand 1t, seq 1t, rand Nt, seq Nt */
+		fprintf(f, "# regions pdma_rand_1t ucx_rand_1t pdma_seq_1t ucx_seq_1t "
+			   "pdma_rand_Nt ucx_rand_Nt pdma_seq_Nt ucx_seq_Nt (N=%d)\n",
+			threads);
+		for (size_t i = 0; i < nsizes; i++) {
+			double v[8] = { 0 };
+
+			for (int j = 0; j < nrows; j++) {
+				struct row *rw = &rows[j];
+				int col;
+
+				if (rw->regions != sizes[i] || strncmp(rw->name, "hit", 3))
+					continue;
+				col = (!strcmp(rw->pattern, "seq") ? 2 : 0) + (rw->threads > 1 ? 4 : 0);
+				v[col] = rw->ns[0];
+				v[col + 1] = rw->ns[1];
+			}
+			fprintf(f, "%zu", sizes[i]);
+			for (int k = 0; k < 8; k++)
+				fprintf(f, " %.2f", v[k]);
+			fprintf(f, "\n");
+		}
+		fclose(f);
+	}
+	munmap(mem, mem_slots * STRIDE);
+	return 0;
+}
