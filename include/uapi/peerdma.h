@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note OR MIT */
+/*
+ * peerdma: the user/kernel contract of /dev/peerdma.
+ *
+ * Every ioctl argument starts with { __u32 size; __u32 flags; }: size must be
+ * the size of the structure this header declares (sizeof), flags must hold only
+ * the bits defined for that ioctl, and every field named pad or reserved must be
+ * zero. Call PEERDMA_IOC_VERSION first: same ABI major, and check caps.
+ *
+ * Handles are bound to the open file that created them and to the process (mm)
+ * that opened it: another file, a forked child or a process that received the
+ * fd over a UNIX socket gets -EACCES on every ioctl of that file.
+ *
+ * Errors (negative errno from ioctl, as errno in user space):
+ *   ENOTTY     unknown ioctl number
+ *   EFAULT     argument or array pointer not readable/writable; address range
+ *              not in user space (kernel address)
+ *   EINVAL     size field wrong, unknown flag bit, nonzero pad/reserved, unknown
+ *              kind, zero length, misaligned range with PEERDMA_PIN_EXACT, fd
+ *              that is not a dma-buf, memory that the provider refuses
+ *   EOVERFLOW  addr + len wraps around
+ *   E2BIG      len above PEERDMA_MAX_PIN_LEN
+ *   ENOENT     unknown handle (never created by this file, or already unpinned)
+ *   ENODEV     handle revoked (pages gone; only UNPIN and QUERY work on it)
+ *   EACCES     file used from a process other than the one that opened it
+ *   EPERM      physical/DMA addresses asked for without CAP_SYS_RAWIO
+ *   ENOSPC     too many handles on this file (PEERDMA_MAX_HANDLES)
+ *   ENOMEM     out of memory, or the GPU's BAR space is exhausted
+ *   EBADF      bad dma-buf fd
+ *   EOPNOTSUPP kind not available (no GPU provider)
+ *
+ * Invalidation events: read() on the file returns whole struct peerdma_event
+ * records (a buffer shorter than one record: EINVAL; none queued: blocks, or
+ * EAGAIN with O_NONBLOCK); poll() reports EPOLLIN while any is queued. Each
+ * revoked handle produces exactly one event; the handle stays allocated (state
+ * REVOKED) until PEERDMA_IOC_UNPIN.
+ */
+#ifndef _UAPI_PEERDMA_H
+#define _UAPI_PEERDMA_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define PEERDMA_ABI_MAJOR 1
+#define PEERDMA_ABI_MINOR 0
+#define PEERDMA_ABI_VERSION ((PEERDMA_ABI_MAJOR << 16) | PEERDMA_ABI_MINOR)
+
+#define PEERDMA_DEVICE "/dev/peerdma"
+#define PEERDMA_MAX_PIN_LEN (1ULL << 34)	/* 16 GiB per handle */
+#define PEERDMA_MAX_HANDLES 65536		/* per open file (at most) */
+
+/* caps */
+#define PEERDMA_CAP_HOST		(1ULL << 0)	/* host memory pins */
+#define PEERDMA_CAP_GPU			(1ULL << 1)	/* nv-p2p GPU pins */
+#define PEERDMA_CAP_GPU_PERSISTENT	(1ULL << 2)	/* persistent nv-p2p API */
+#define PEERDMA_CAP_DMABUF		(1ULL << 3)	/* dma-buf import */
+#define PEERDMA_CAP_EVENTS		(1ULL << 4)	/* read()/poll() events */
+#define PEERDMA_CAP_SPLIT_4K		(1ULL << 5)	/* PEERDMA_PIN_SPLIT_4K */
+
+struct peerdma_version {
+	__u32 size;
+	__u32 flags;		/* 0 */
+	__u32 abi_version;	/* out: PEERDMA_ABI_VERSION of the module */
+	__u32 pad;
+	__u64 caps;		/* out: PEERDMA_CAP_* */
+};
+
+/* kinds of memory */
+#define PEERDMA_KIND_HOST	1	/* addr: user virtual address */
+#define PEERDMA_KIND_GPU	2	/* addr: GPU (UVA) virtual address, nv-p2p */
+#define PEERDMA_KIND_DMABUF	3	/* fd: dma-buf, addr: offset in it */
+
+/* pin flags */
+#define PEERDMA_PIN_SPLIT_4K	(1U << 0)	/* report 4 KiB entries for 64 KiB pages */
+#define PEERDMA_PIN_GPU_CALLBACK (1U << 1)	/* nv-p2p free-callback mode (MIG, vGPU) */
+#define PEERDMA_PIN_EXACT	(1U << 2)	/* refuse (EINVAL) instead of rounding out */
+#define PEERDMA_PIN_READONLY	(1U << 3)	/* host: devices only read it (DMA_TO_DEVICE) */
+#define PEERDMA_PIN_FLAGS	0xfU
+
+struct peerdma_pin {
+	__u32 size;
+	__u32 flags;		/* PEERDMA_PIN_* */
+	__u32 kind;		/* PEERDMA_KIND_* */
+	__s32 fd;		/* dma-buf fd (KIND_DMABUF), else must be -1 */
+	__u64 addr;		/* see kinds */
+	__u64 len;
+	__u64 user_data;	/* returned in events and QUERY */
+	/* out */
+	__u64 handle;
+	__u64 pinned_addr;	/* start after rounding out to whole pages */
+	__u64 pinned_len;
+	__u32 page_size;	/* bytes per reported entry */
+	__u32 entries;		/* number of entries */
+};
+
+struct peerdma_unpin {
+	__u32 size;
+	__u32 flags;		/* 0 */
+	__u64 handle;
+};
+
+/* handle states */
+#define PEERDMA_STATE_LIVE	1
+#define PEERDMA_STATE_REVOKED	2
+
+struct peerdma_query {
+	__u32 size;
+	__u32 flags;		/* 0 */
+	__u64 handle;
+	/* out */
+	__u32 state;		/* PEERDMA_STATE_* */
+	__u32 kind;
+	__u64 pinned_addr;
+	__u64 pinned_len;
+	__u64 user_data;
+	__u32 page_size;
+	__u32 entries;
+	__u32 clients;		/* in-kernel client mappings attached */
+	__u32 pad;
+};
+
+/* Physical (CPU) addresses of the pinned pages; needs CAP_SYS_RAWIO. */
+struct peerdma_get_pages {
+	__u32 size;
+	__u32 flags;		/* 0 */
+	__u64 handle;
+	__u64 addrs;		/* user pointer to __u64[count] */
+	__u32 count;		/* in: room; out: entries (EINVAL if room too small) */
+	__u32 page_size;	/* out */
+};
+
+/* revoke reasons */
+#define PEERDMA_EVENT_GPU_FREE		1	/* nv-p2p free callback */
+#define PEERDMA_EVENT_HOST_INVALIDATE	2	/* MMU notifier (munmap, exit...) */
+#define PEERDMA_EVENT_DMABUF_MOVE	3	/* dma-buf move_notify */
+
+struct peerdma_event {
+	__u64 handle;
+	__u64 user_data;
+	__u32 reason;		/* PEERDMA_EVENT_* */
+	__u32 pad;
+};
+
+#define PEERDMA_IOC_MAGIC 0xd7
+#define PEERDMA_IOC_VERSION	_IOWR(PEERDMA_IOC_MAGIC, 0x00, struct peerdma_version)
+#define PEERDMA_IOC_PIN		_IOWR(PEERDMA_IOC_MAGIC, 0x01, struct peerdma_pin)
+#define PEERDMA_IOC_UNPIN	_IOWR(PEERDMA_IOC_MAGIC, 0x02, struct peerdma_unpin)
+#define PEERDMA_IOC_QUERY	_IOWR(PEERDMA_IOC_MAGIC, 0x03, struct peerdma_query)
+#define PEERDMA_IOC_GET_PAGES	_IOWR(PEERDMA_IOC_MAGIC, 0x04, struct peerdma_get_pages)
+
+#endif /* _UAPI_PEERDMA_H */

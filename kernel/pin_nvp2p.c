@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * peerdma GPU memory provider through NVIDIA's nv-p2p API (see nvp2p.h).
+ * Persistent mode by default; free-callback mode on request, or when the
+ * driver refuses the persistent API (MIG, vGPU).
+ *
+ * The free callback gets the handle id, never a pointer: it looks the pin up,
+ * decides ownership with one cmpxchg, quiesces the clients, frees their DMA
+ * mappings and the page table (never put_pages) and returns without waiting on
+ * the GPU.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/pci.h>
+#include <linux/sizes.h>
+#include <linux/slab.h>
+
+#include "nvp2p.h"
+#include "peerdma.h"
+
+/* the callback data is the handle id itself */
+static_assert(sizeof(void *) >= sizeof(u64), "nv-p2p is LP64 only");
+
+static void pdma_nv_free_callback(void *data)
+{
+	struct pdma_pin *pin = pdma_pin_get_by_id((u64)(uintptr_t)data);
+	struct nvidia_p2p_page_table *pt;
+
+	if (!pin)
+		return;		/* already released: stale callback */
+	/* the creator reads the page table until ready; it takes no driver lock */
+	wait_for_completion(&pin->ready);
+	/*
+	 * Still valid here: a racing put_pages (unpin won the ownership decision)
+	 * waits for the driver lock that our caller holds.
+	 */
+	pt = pin->nv.pt;
+	if (pdma_pin_revoke_begin(pin)) {
+		nvidia_p2p_free_page_table(pt);
+		pin->nv.pt = NULL;
+		pdma_pin_revoke_end(pin, PEERDMA_EVENT_GPU_FREE);
+	} else if (pt) {
+		/* unpin owns the pages, but the table dies with this callback */
+		nvidia_p2p_free_page_table(pt);
+	}
+	pdma_pin_put(pin);
+}
+
+static void pdma_nv_put(struct pdma_pin *pin)
+{
+	int ret;
+
+	if (pin->nv.persistent)
+		ret = nvidia_p2p_put_pages_persistent(pin->addr, pin->nv.pt, 0);
+	else
+		ret = nvidia_p2p_put_pages(0, 0, pin->addr, pin->nv.pt);
+	if (ret)
+		pr_err("put_pages of handle %llu failed: %d\n", pin->id, ret);
+	pin->nv.pt = NULL;
+}
+
+static int pdma_nv_pin(struct pdma_pin *pin, int fd)
+{
+	struct nvidia_p2p_page_table *pt;
+	bool persistent = pdma_nvp2p_persistent &&
+			  !(pin->flags & PEERDMA_PIN_GPU_CALLBACK);
+	u32 shift, i;
+	int ret = -ENOTSUPP;
+
+	if (persistent)
+		ret = nvidia_p2p_get_pages_persistent(pin->addr, pin->len, &pt, 0);
+	if (ret == -ENOTSUPP) {
+		persistent = false;
+		ret = nvidia_p2p_get_pages(0, 0, pin->addr, pin->len, &pt,
+					   pdma_nv_free_callback,
+					   (void *)(uintptr_t)pin->id);
+	}
+	if (ret)
+		return ret == -ENOTSUPP ? -EOPNOTSUPP : ret;
+	pin->nv.pt = pt;
+	pin->nv.persistent = persistent;
+	pdma_pin_pages_held(pin);
+
+	ret = -EPROTO;
+	if (!nvidia_p2p_page_table_version_ok(pt)) {
+		pr_warn_ratelimited("incompatible page table version 0x%08x\n", pt->version);
+		goto err_put;
+	}
+	switch (pt->page_size) {
+	case NVIDIA_P2P_PAGE_SIZE_4KB:
+		shift = 12;
+		break;
+	case NVIDIA_P2P_PAGE_SIZE_64KB:
+		shift = 16;
+		break;
+	case NVIDIA_P2P_PAGE_SIZE_128KB:
+		shift = 17;
+		break;
+	default:
+		pr_warn_ratelimited("unknown GPU page size type %u\n", pt->page_size);
+		goto err_put;
+	}
+	if (((u64)pt->entries << shift) != pin->len) {
+		pr_warn_ratelimited("page table covers %u pages of %u KiB, not %llu bytes\n",
+				    pt->entries, 1U << (shift - 10), pin->len);
+		goto err_put;
+	}
+	pin->phys = kvcalloc(pt->entries, sizeof(u64), GFP_KERNEL);
+	if (!pin->phys) {
+		ret = -ENOMEM;
+		goto err_put;
+	}
+	for (i = 0; i < pt->entries; i++)
+		pin->phys[i] = pt->pages[i]->physical_address;
+	pin->page_shift = shift;
+	pin->npages = pt->entries;
+	atomic_set(&pin->state, PDMA_LIVE);
+	return 0;
+
+err_put:
+	/* let a racing free callback go before put_pages takes the driver lock */
+	atomic_set(&pin->state, PDMA_RELEASING);
+	complete_all(&pin->quiesced);
+	complete_all(&pin->ready);
+	pdma_nv_put(pin);
+	pdma_pin_pages_gone(pin);
+	return ret;
+}
+
+static void pdma_nv_release(struct pdma_pin *pin)
+{
+	pdma_nv_put(pin);
+}
+
+static int pdma_nv_map(struct pdma_pin *pin, struct peerdma_client *c)
+{
+	struct nvidia_p2p_dma_mapping *m;
+	u32 i;
+	int ret;
+
+	lockdep_assert_held(&pin->lock);
+	if (!dev_is_pci(c->dev))
+		return -EINVAL;
+	ret = nvidia_p2p_dma_map_pages(to_pci_dev(c->dev), pin->nv.pt, &m);
+	if (ret)
+		return ret == -ENOTSUPP ? -EOPNOTSUPP : ret;
+	if (!nvidia_p2p_dma_mapping_version_ok(m) || m->entries != pin->npages) {
+		pr_warn_ratelimited("incompatible DMA mapping (version 0x%08x, %u entries)\n",
+				    m->version, m->entries);
+		nvidia_p2p_dma_unmap_pages(to_pci_dev(c->dev), pin->nv.pt, m);
+		return -EPROTO;
+	}
+	for (i = 0; i < m->entries; i++)
+		pdma_client_set_addr(c, i, m->dma_addresses[i]);
+	c->nv_mapping = m;
+	return 0;
+}
+
+static void pdma_nv_unmap(struct pdma_pin *pin, struct peerdma_client *c, bool revoking)
+{
+	if (!c->nv_mapping)
+		return;
+	if (revoking)
+		nvidia_p2p_free_dma_mapping(c->nv_mapping);
+	else
+		nvidia_p2p_dma_unmap_pages(to_pci_dev(c->dev), pin->nv.pt, c->nv_mapping);
+	c->nv_mapping = NULL;
+}
+
+const struct pdma_provider pdma_nvp2p_provider = {
+	.name = "nvp2p",
+	.kind = PEERDMA_KIND_GPU,
+	.pin = pdma_nv_pin,
+	.release = pdma_nv_release,
+	.map = pdma_nv_map,
+	.unmap = pdma_nv_unmap,
+};
