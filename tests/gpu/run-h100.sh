@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The CUDA tests and benchmark on the GPU machine (issue 5), from a build made
+# elsewhere (the GPU machine has no libcmocka/libjansson packages: their .so
+# files travel in BUILD/dev). Results under OUTDIR:
+#   gpu-tests.log   ctest -V of the CUDA tests (unit + gpu)
+#   bench.log/json  bench_cuda
+#   info.log        peerdma info (+ --device for each non-GPU PCI device)
+#   hooks.log       LD_PRELOAD detection and the runtime hook under PyTorch
+# usage: tests/gpu/run-h100.sh [--tests-only] BUILD OUTDIR
+set -uo pipefail
+tests_only=0
+if [ "${1:-}" = --tests-only ]; then
+	tests_only=1
+	shift
+fi
+build=$(readlink -f "${1:?build dir}")
+out=${2:?output dir}
+src=$(dirname "$(readlink -f "$0")")/../..
+src=$(readlink -f "$src")
+export LD_LIBRARY_PATH=$build/dev${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+# ctest files name the build machine's absolute paths: make them resolve here.
+bsrc=$(sed -nE 's/^# Source directory: (.*)/\1/p' "$build/CTestTestfile.cmake")
+if [ -n "$bsrc" ] && [ "$bsrc" != "$src" ] && [ ! -e "$bsrc" ]; then
+	mkdir -p "$(dirname "$bsrc")" && ln -s "$src" "$bsrc"
+fi
+bdir=$(sed -nE 's/^# Build directory: (.*)/\1/p' "$build/CTestTestfile.cmake")
+
+{
+	echo "# $(date -u '+%F %T UTC') $(uname -r)"
+	nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total --format=csv,noheader
+	(cd "$bdir" && ctest -R cuda -V --timeout 300)
+} 2>&1 | tee "$out/gpu-tests.log"
+[ "$tests_only" = 1 ] && exit 0
+
+"$build/bench/cuda/bench_cuda" --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
+
+{
+	"$build/peerdma" info
+	for d in /sys/bus/pci/devices/*; do
+		b=$(basename "$d")
+		[ "$(cat "$d/vendor")" = 0x10de ] && continue
+		echo "--- $b vendor $(cat "$d/vendor") class $(cat "$d/class")"
+		"$build/peerdma" info --device "$b" | sed -n '/^PCIe path/,$p'
+	done
+} 2>&1 | tee "$out/info.log"
+
+{
+	hook=$build/bench/cuda/libpeerdma_cudart_hook.so
+	lib=$build/libpeerdma.so.0
+	py='import ctypes
+l = ctypes.CDLL(None)
+l.pdma_cuda_hooks_installed.restype = ctypes.c_bool
+print("hooks installed (no CUDA runtime loaded yet):", l.pdma_cuda_hooks_installed())
+import torch
+x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+print("hooks installed (PyTorch and its libcudart loaded):", l.pdma_cuda_hooks_installed())
+del x
+torch.cuda.empty_cache()
+try:
+    print("runtime hook calls after torch.cuda.empty_cache():", l.pdma_cudart_hook_calls())
+except AttributeError:
+    print("runtime hook not loaded")'
+	echo "== LD_PRELOAD=libpeerdma.so.0"
+	LD_PRELOAD=$lib python3 -c "$py"
+	echo "== LD_PRELOAD=libpeerdma.so.0 libpeerdma_cudart_hook.so"
+	LD_PRELOAD="$lib $hook" python3 -c "$py"
+} 2>&1 | tee "$out/hooks.log"
