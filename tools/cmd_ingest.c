@@ -34,9 +34,11 @@ static void usage(FILE *f)
 		"  -p, --port N          UDP port (default 4991)\n"
 		"  -b, --bind ADDR       IPv4 address to bind (default 127.0.0.1)\n"
 		"  -t, --threads N       receive threads / sockets (SO_REUSEPORT, default 1)\n"
-		"      --path P          cpu (default) or direct (ring in simulated GPU memory written\n"
-		"                        by the simulated DMA device); host-staged and zero-copy run\n"
-		"                        on a GPU through bench/ingest\n"
+		"      --path P          cpu (default: CPU deframer), host-staged (pinned ring copied\n"
+		"                        to the GPU in --chunk bytes, deframed there), zero-copy (the\n"
+		"                        GPU deframer reads the mapped ring), direct (ring in simulated\n"
+		"                        GPU memory written by the simulated DMA device)\n"
+		"      --chunk B         host-staged copy size (default 4194304)\n"
 		"      --ring-slots N    slots per ring (default 8192)\n"
 		"      --slot-size B     bytes per slot (default 9216)\n"
 		"      --batch N         recvmmsg batch (default 64)\n"
@@ -79,6 +81,7 @@ int pdma_cmd_ingest(int argc, char **argv)
 		{ "ring-slots", required_argument, NULL, 'r' },
 		{ "slot-size", required_argument, NULL, 'z' },
 		{ "batch", required_argument, NULL, 'B' },
+		{ "chunk", required_argument, NULL, 'K' },
 		{ "no-register", no_argument, NULL, 'N' },
 		{ "sample-rate", required_argument, NULL, 'R' },
 		{ "max-streams", required_argument, NULL, 'M' },
@@ -109,15 +112,14 @@ int pdma_cmd_ingest(int argc, char **argv)
 		case 'P':
 			if (!strcmp(optarg, "cpu")) c.path = PDMA_RX_CPU;
 			else if (!strcmp(optarg, "direct")) c.path = PDMA_RX_DIRECT;
-			else if (!strcmp(optarg, "host-staged") || !strcmp(optarg, "zero-copy")) {
-				fprintf(stderr, "peerdma ingest: --path %s needs the GPU deframer; "
-						"it runs in bench/ingest on a GPU machine\n", optarg);
-				return 2;
-			} else bad = "--path";
+			else if (!strcmp(optarg, "host-staged")) c.path = PDMA_RX_HOST_STAGED;
+			else if (!strcmp(optarg, "zero-copy")) c.path = PDMA_RX_ZERO_COPY;
+			else bad = "--path";
 			break;
 		case 'r': if (num(optarg, 1u << 24, &v) || !v) bad = "--ring-slots"; else c.ring_slots = (uint32_t)v; break;
 		case 'z': if (num(optarg, 1u << 20, &v) || v < 80) bad = "--slot-size"; else c.slot_size = (uint32_t)v; break;
 		case 'B': if (num(optarg, 256, &v) || !v) bad = "--batch"; else c.batch = (uint32_t)v; break;
+		case 'K': if (num(optarg, 1u << 30, &v) || v < 4096) bad = "--chunk"; else c.gpu_chunk = (size_t)v; break;
 		case 'N': reg = false; break;
 		case 'R': if (num(optarg, UINT64_MAX, &v) || !v) bad = "--sample-rate"; else c.dfr.sample_rate = v; break;
 		case 'M': if (num(optarg, 65534, &v) || !v) bad = "--max-streams"; else c.dfr.max_streams = (uint32_t)v; break;
@@ -171,8 +173,16 @@ int pdma_cmd_ingest(int argc, char **argv)
 	struct pdma_ingest *ing;
 	ret = pdma_ingest_open(&c, &ing);
 	if (ret) {
-		fprintf(stderr, "peerdma ingest: cannot set up port %u: %s%s\n", c.port, strerror(-ret),
-			ret == -ENOMEM ? " (ring registration: check RLIMIT_MEMLOCK, --ring-slots)" : "");
+		if (ret == -ENODEV)
+			fprintf(stderr, "peerdma ingest: --path %s needs a CUDA device; none found\n",
+				c.path == PDMA_RX_HOST_STAGED ? "host-staged" : "zero-copy");
+		else if (ret == -ENOENT)
+			fprintf(stderr, "peerdma ingest: the GPU deframer module (libpeerdma_vrt_cuda.so) "
+					"was not built or not found (set PEERDMA_VRT_CUDA)\n");
+		else
+			fprintf(stderr, "peerdma ingest: cannot set up port %u: %s%s\n", c.port,
+				strerror(-ret),
+				ret == -ENOMEM ? " (ring registration: check RLIMIT_MEMLOCK, --ring-slots)" : "");
 		status = 1;
 		goto out_dom;
 	}
@@ -190,7 +200,8 @@ int pdma_cmd_ingest(int argc, char **argv)
 	if (!quiet)
 		fprintf(stderr, "peerdma ingest: listening on %s:%u, %u thread(s), path %s\n",
 			c.bind_addr, pdma_ingest_port(ing), c.threads,
-			c.path == PDMA_RX_DIRECT ? "direct (sim)" : "cpu");
+			c.path == PDMA_RX_DIRECT ? "direct (sim)" : c.path == PDMA_RX_HOST_STAGED ? "host-staged (GPU)"
+			: c.path == PDMA_RX_ZERO_COPY ? "zero-copy (GPU)" : "cpu");
 	double t0 = now_s(), t_last = t0;
 	uint64_t last_n = 0;
 	while (!got_signal) {

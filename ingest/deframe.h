@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The deframer's per-packet core, shared verbatim by the CPU deframer
+ * (deframe_cpu.c) and the GPU deframer (cuda/deframe.cu), so the two cannot
+ * drift apart: same validation, same stream table, same placement rule. Only
+ * the payload copy and the loop around it differ.
+ *
+ * Input: a ring of fixed-size slots; each slot starts with a 16-byte header
+ * (struct pdma_slot_hdr: datagram length) and holds one received datagram at
+ * byte PDMA_SLOT_HDR (36): with the DIFI prologue (28 bytes) the payload then
+ * starts 64-byte aligned, so the GPU copies it with aligned, fully coalesced
+ * 16-byte accesses.
+ *
+ * Output, per stream: a contiguous circular sample buffer of out_pkts packets
+ * (packet p of the stream, p = sample count / samples per packet, lands at
+ * byte (p mod out_pkts) * payload_len) and one tag per packet position holding
+ * p + 1 of the packet stored there (0: never written). A tag other than the
+ * expected p + 1 flags a gap. A packet is written only if it is newer than what
+ * its position holds, so duplicates and stale packets never overwrite data and
+ * the result does not depend on processing order, as long as the packets of
+ * one batch of one stream span fewer than out_pkts positions (the GPU processes
+ * a batch in parallel; the CPU in order).
+ *
+ * Per packet the core also emits a descriptor (struct pdma_dfr_desc); the
+ * exact accounting (lost / duplicated / reordered, on the CPU in every mode)
+ * runs over descriptors in arrival order.
+ *
+ * Stream table: up to max_streams stream IDs, claimed on first sight, never
+ * removed. Keys are (1 << 32) | stream ID so 0 means free; a lookup scans from
+ * entry 0 and claims the first free entry with compare-and-swap, which is
+ * correct under concurrency because entries are only ever added in order.
+ *
+ * Thread safety: the CPU functions are single-threaded per deframer; the GPU
+ * uses the atomic variants.
+ */
+#ifndef PDMA_INGEST_DEFRAME_H
+#define PDMA_INGEST_DEFRAME_H
+
+#include "peerdma/vrt.h"
+
+#define PDMA_SLOT_HDR 36u /* datagram offset in a slot (header struct + pad) */
+
+struct pdma_slot_hdr {
+	uint32_t len;      /* datagram bytes in the slot (0: empty / dropped) */
+	uint32_t flags;    /* PDMA_SLOT_TRUNC: datagram was larger than the slot */
+	uint64_t rx_seq;   /* arrival sequence (diagnostics) */
+};
+#define PDMA_SLOT_TRUNC 1u
+
+/* Deframer errors beyond the parser's (descriptor status, negated). */
+enum pdma_dfr_err {
+	PDMA_DFR_E_NO_SID = 32,   /* data packet without stream ID */
+	PDMA_DFR_E_NO_TS,         /* no sample-count (TSF = 1) timestamp */
+	PDMA_DFR_E_FRAC_RANGE,    /* sample count >= sample rate */
+	PDMA_DFR_E_MISALIGNED,    /* payload not whole samples / sample count not on a packet boundary */
+	PDMA_DFR_E_SIZE_CHANGE,   /* payload length differs from the stream's first packet */
+	PDMA_DFR_E_OVERSIZE,      /* payload longer than max_payload */
+	PDMA_DFR_E_TABLE_FULL,    /* more streams than max_streams */
+	PDMA_DFR_E_SLOT_TRUNC,    /* datagram did not fit its ring slot */
+	PDMA_DFR_E_EMPTY,         /* empty datagram */
+	PDMA_DFR_E__MAX
+};
+
+/* Descriptor status values >= 0. */
+#define PDMA_DFR_ST_DATA 0     /* data packet, placed if newer than its position */
+#define PDMA_DFR_ST_CONTEXT 1  /* context / extension context packet */
+#define PDMA_DFR_ST_DATA_OLD 2 /* data packet not written: position holds it or newer */
+
+#define PDMA_DFR_NO_STREAM 0xffffu
+
+struct pdma_dfr_desc {
+	uint64_t pkt;       /* packet index p within the stream (data) */
+	uint32_t stream_id; /* valid when has_sid */
+	uint16_t stream;    /* table index or PDMA_DFR_NO_STREAM */
+	int8_t status;      /* PDMA_DFR_ST_* or -PDMA_VRT_E_* / -PDMA_DFR_E_* */
+	uint8_t count;      /* bits 3-0 packet count, bit 4 has_sid */
+};
+
+struct pdma_dfr_config {
+	uint32_t max_streams;      /* stream table entries (<= 65535) */
+	uint32_t out_pkts;         /* per-stream output window, packets */
+	uint32_t max_payload;      /* bytes; longer payloads are rejected */
+	uint32_t bytes_per_sample; /* 4 for 16-bit I/Q */
+	uint64_t sample_rate;      /* samples per second: integer second -> sample count */
+};
+
+/* Device-visible state of one deframer (arrays sized by the config). The
+ * same layout lives in host memory (CPU) or device memory (GPU). */
+struct pdma_dfr_tables {
+	uint64_t *keys;      /* [max_streams] (1 << 32) | stream ID, 0 free */
+	uint32_t *plen;      /* [max_streams] payload bytes per packet, 0 unknown */
+	uint64_t *tags;      /* [max_streams * out_pkts] */
+	uint8_t *out;        /* [max_streams * out_pkts * max_payload] */
+};
+
+/* Result of the per-packet header stage. */
+struct pdma_dfr_pkt {
+	uint32_t payload_off; /* bytes into the datagram */
+	uint32_t payload_len;
+	uint64_t pkt;
+	uint32_t stream;
+};
+
+#if defined(__CUDACC__)
+#define PDMA_DFR_FN static __host__ __device__ __forceinline__
+#else
+#define PDMA_DFR_FN static inline
+#endif
+
+/* The header stage, up to (not including) the stream lookup: validates and
+ * computes the packet index. Returns PDMA_DFR_ST_DATA / _CONTEXT or a negative
+ * error; fills *d (partially on error) and *r. */
+PDMA_DFR_FN int pdma_dfr_header(const struct pdma_dfr_config *c, const uint8_t *slot,
+				uint32_t slot_size, struct pdma_dfr_desc *d,
+				struct pdma_dfr_pkt *r)
+{
+	const struct pdma_slot_hdr *sh = (const struct pdma_slot_hdr *)slot;
+	struct pdma_vrt_packet v;
+	uint32_t len = sh->len;
+	uint64_t s;
+	int e;
+
+	d->pkt = 0;
+	d->stream_id = 0;
+	d->stream = PDMA_DFR_NO_STREAM;
+	d->count = 0;
+	if (sh->flags & PDMA_SLOT_TRUNC)
+		return -PDMA_DFR_E_SLOT_TRUNC;
+	if (len == 0)
+		return -PDMA_DFR_E_EMPTY;
+	if (len > slot_size - PDMA_SLOT_HDR)
+		return -PDMA_DFR_E_SLOT_TRUNC;
+	e = pdma_vrt_parse(slot + PDMA_SLOT_HDR, len, PDMA_VRT_EXACT, &v);
+	d->stream_id = v.stream_id;
+	d->count = (uint8_t)(v.count | (v.has_stream_id ? 0x10 : 0));
+	if (e < 0)
+		return e;
+	if (!v.has_stream_id)
+		return -PDMA_DFR_E_NO_SID;
+	if (!pdma_vrt_is_data(v.type))
+		return PDMA_DFR_ST_CONTEXT;
+	if (v.tsf != PDMA_VRT_TSF_SAMPLES)
+		return -PDMA_DFR_E_NO_TS;
+	if (v.ts_frac >= c->sample_rate)
+		return -PDMA_DFR_E_FRAC_RANGE;
+	if (v.payload_len == 0 || v.payload_len % c->bytes_per_sample)
+		return -PDMA_DFR_E_MISALIGNED;
+	if (v.payload_len > c->max_payload)
+		return -PDMA_DFR_E_OVERSIZE;
+	/* Absolute sample count: integer seconds (any TSI epoch) times the rate
+	 * plus samples into the second. Exact for the 4-bit count's blind spot:
+	 * 64 bits of samples never wrap in practice. */
+	s = (uint64_t)v.ts_int * c->sample_rate + v.ts_frac;
+	{
+		uint32_t spp = v.payload_len / c->bytes_per_sample;
+		if (s % spp)
+			return -PDMA_DFR_E_MISALIGNED;
+		r->pkt = s / spp;
+	}
+	r->payload_off = v.payload_off;
+	r->payload_len = v.payload_len;
+	d->pkt = r->pkt;
+	return PDMA_DFR_ST_DATA;
+}
+
+/* Host (single-threaded) stream lookup; returns index or -1 when full. */
+static inline int pdma_dfr_lookup_host(const struct pdma_dfr_config *c, uint64_t *keys,
+				       uint32_t id)
+{
+	uint64_t want = (1ull << 32) | id;
+	uint32_t i;
+	for (i = 0; i < c->max_streams; i++) {
+		if (keys[i] == want)
+			return (int)i;
+		if (keys[i] == 0) {
+			keys[i] = want;
+			return (int)i;
+		}
+	}
+	return -1;
+}
+
+#endif /* PDMA_INGEST_DEFRAME_H */

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+/* dlopen() of the GPU deframer module, only after libcuda reports a device. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu.h"
+
+#define MODULE "libpeerdma_vrt_cuda.so"
+
+/* Is there a CUDA device? Asked of libcuda directly so that a machine
+ * without the driver never loads the module (or the CUDA runtime in it). */
+static int cuda_device_present(void)
+{
+	void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	int n = 0;
+	if (!cu)
+		return 0;
+	int (*init)(unsigned) = (int (*)(unsigned))dlsym(cu, "cuInit");
+	int (*count)(int *) = (int (*)(int *))dlsym(cu, "cuDeviceGetCount");
+	if (init && count && init(0) == 0 && count(&n) != 0)
+		n = 0;
+	/* libcuda stays loaded: the module's runtime will use it. */
+	return n > 0;
+}
+
+static void *try_open(const char *path)
+{
+	return path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+}
+
+int pdma_gpu_load(struct pdma_gpu_ops *ops, void **handle)
+{
+	char exe[PATH_MAX], path[PATH_MAX + 64];
+	void *h = NULL;
+
+	if (!cuda_device_present())
+		return -ENODEV;
+	h = try_open(getenv("PEERDMA_VRT_CUDA"));
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (!h && n > 0) {
+		exe[n] = 0;
+		char *slash = strrchr(exe, '/');
+		for (int up = 0; !h && slash && up < 3; up++) {
+			*slash = 0;
+			snprintf(path, sizeof(path), "%s/%s", exe, MODULE);
+			h = try_open(path);
+			slash = strrchr(exe, '/');
+		}
+	}
+	if (!h)
+		h = try_open(MODULE);
+	if (!h)
+		return -ENOENT;
+	pdma_vrt_cuda_api_fn fn = (pdma_vrt_cuda_api_fn)dlsym(h, "pdma_vrt_cuda_api");
+	memset(ops, 0, sizeof(*ops));
+	if (!fn || fn(ops, PDMA_GPU_API_VERSION) != 0) {
+		dlclose(h);
+		return -EPROTO;
+	}
+	*handle = h;
+	return 0;
+}
+
+void pdma_gpu_unload(void *handle)
+{
+	if (handle)
+		dlclose(handle);
+}

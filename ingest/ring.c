@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: MIT
+/* Receive rings: fixed-size slots in page-aligned, pinned memory. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "ingest.h"
+#include "peerdma/mr.h"
+
+static uint32_t pow2_up(uint32_t v)
+{
+	uint32_t p = 1;
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+int pdma_ring_init(struct pdma_ring *r, uint32_t nslots, uint32_t slot_size)
+{
+	memset(r, 0, sizeof(*r));
+	if (nslots == 0 || nslots > (1u << 24) || slot_size <= PDMA_SLOT_HDR ||
+	    slot_size > (1u << 20))
+		return -EINVAL;
+	r->nslots = pow2_up(nslots);
+	r->slot_size = (slot_size + 63u) & ~63u;
+	r->bytes = (size_t)r->nslots * r->slot_size;
+	/* mmap, not malloc: page-aligned and zeroed, so registration pins whole
+	 * pages that hold nothing else. */
+	void *p = mmap(NULL, r->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	r->base = p;
+	r->scratch = malloc(r->slot_size);
+	if (!r->scratch) {
+		munmap(p, r->bytes);
+		r->base = NULL;
+		return -ENOMEM;
+	}
+	/* Pinned even without a domain: the ring must not page out under a
+	 * device. Failure (RLIMIT_MEMLOCK) is tolerated for the CPU path. */
+	r->mlocked = mlock(p, r->bytes) == 0;
+	return 0;
+}
+
+int pdma_ring_init_external(struct pdma_ring *r, void *mem, size_t bytes, uint32_t slot_size)
+{
+	memset(r, 0, sizeof(*r));
+	slot_size = (slot_size + 63u) & ~63u;
+	if (!mem || slot_size <= PDMA_SLOT_HDR || bytes < slot_size)
+		return -EINVAL;
+	uint32_t n = 1;
+	while ((uint64_t)n * 2 * slot_size <= bytes && n < (1u << 24))
+		n <<= 1;
+	r->base = mem;
+	r->nslots = n;
+	r->slot_size = slot_size;
+	r->bytes = (size_t)n * slot_size;
+	r->external = 1;
+	r->scratch = malloc(slot_size);
+	return r->scratch ? 0 : -ENOMEM;
+}
+
+void pdma_ring_fini(struct pdma_ring *r)
+{
+	if (r->mr)
+		pdma_mr_close(r->mr);
+	if (r->base && !r->external) {
+		if (r->mlocked)
+			munlock(r->base, r->bytes);
+		munmap(r->base, r->bytes);
+	}
+	free(r->scratch);
+	memset(r, 0, sizeof(*r));
+}
+
+int pdma_ring_register(struct pdma_ring *r, struct pdma_domain *dom, int iface)
+{
+	struct iovec iov = { .iov_base = r->base, .iov_len = r->bytes };
+	struct pdma_mr_attr attr = {
+		.mr_iov = &iov,
+		.iov_count = 1,
+		/* The device writes packets in (remote write); the deframer and the
+		 * GPU copy engine read them. */
+		.access = PDMA_RECV | PDMA_READ | PDMA_WRITE | PDMA_REMOTE_WRITE,
+		.iface = (enum pdma_hmem_iface)iface,
+	};
+
+	if (!r->base || !dom)
+		return -EINVAL;
+	if (r->mr)
+		return -EALREADY;
+	return pdma_mr_regattr(dom, &attr, 0, &r->mr);
+}

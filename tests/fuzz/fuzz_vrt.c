@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: MIT
+/* libFuzzer target: the VRT parser and the deframer's header stage.
+ * Invariants: no out-of-bounds access (ASan), a parsed packet lies inside the
+ * input, and rebuilding a parsed packet reproduces its bytes exactly. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deframe.h"
+#include "peerdma/vrt.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct pdma_vrt_packet p;
+	static uint8_t out[262144 + 64];
+	int n;
+
+	for (unsigned flags = 0; flags < 2; flags++) {
+		n = pdma_vrt_parse(data, size, flags ? PDMA_VRT_EXACT : 0, &p);
+		if (n < 0) {
+			if (n <= -PDMA_VRT_E__MAX)
+				abort();
+			continue;
+		}
+		if ((size_t)n > size || n != p.size_words * 4 ||
+		    (size_t)p.payload_off + p.payload_len > (size_t)n)
+			abort();
+		if (flags && (size_t)n != size)
+			abort();
+		struct pdma_vrt_packet q = p;
+		int m = pdma_vrt_build(&q, data + p.payload_off, p.payload_len, out, sizeof(out));
+		if (m != n || memcmp(out, data, (size_t)n) != 0)
+			abort();
+	}
+
+	/* The deframer's header stage on the same bytes in a ring slot. */
+	if (size <= 9000) {
+		static uint8_t slot[9016 + 64];
+		struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)slot;
+		struct pdma_dfr_config c = { 4, 16, 8192, 4, 1000000 };
+		struct pdma_dfr_desc d;
+		struct pdma_dfr_pkt r;
+		h->len = (uint32_t)size;
+		h->flags = 0;
+		memcpy(slot + PDMA_SLOT_HDR, data, size);
+		int st = pdma_dfr_header(&c, slot, sizeof(slot), &d, &r);
+		if (st == PDMA_DFR_ST_DATA &&
+		    ((size_t)r.payload_off + r.payload_len > size || r.payload_len > c.max_payload))
+			abort();
+		if (st < 0 && -st >= PDMA_DFR_E__MAX)
+			abort();
+	}
+	return 0;
+}

@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: MIT
+/* The CPU deframer, the accounting and the generator, without sockets. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "ingest.h"
+
+#define SLOT 2048u
+
+/* Put one datagram into ring slot i (what a receive thread does). */
+static void put_slot(struct pdma_ring *r, uint64_t i, const uint8_t *pkt, uint32_t len)
+{
+	uint8_t *s = pdma_ring_slot(r, i);
+	struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)s;
+	h->len = len;
+	h->flags = 0;
+	h->rx_seq = i;
+	memcpy(s + PDMA_SLOT_HDR, pkt, len);
+}
+
+static int data_pkt(uint8_t *b, uint32_t id, uint64_t p, uint32_t spp, uint64_t rate)
+{
+	uint64_t s = p * spp;
+	struct pdma_vrt_packet v = { .type = 1, .tsi = 1, .tsf = 1, .count = (uint8_t)(p & 15),
+				     .stream_id = id, .ts_int = (uint32_t)(s / rate),
+				     .ts_frac = s % rate };
+	int n = pdma_vrt_build(&v, NULL, spp * 4, b, SLOT);
+	for (uint32_t i = 0; i < spp; i++)
+		pdma_vrt_put32(b + v.payload_off + 4 * i, pdma_gen_sample(id, s + i));
+	return n;
+}
+
+static void cfg_small(struct pdma_dfr_config *c)
+{
+	pdma_dfr_config_default(c);
+	c->max_streams = 4;
+	c->out_pkts = 64;
+	c->max_payload = 1024;
+	c->sample_rate = 1000000;
+}
+
+/* Arrival order 0 1 3 2 2 5 4 6 ... : exact lost/dup/reorder, placement by
+ * sample count, duplicates never overwrite, gaps stay flagged. */
+static void test_deframe_and_account(void **state)
+{
+	struct pdma_dfr_config c;
+	struct pdma_dfr d;
+	struct pdma_ring r;
+	uint8_t b[SLOT];
+	const uint64_t order[] = { 3, 1, 2, 4, 4, 6, 5, 7, 9, 12, 11, 2, 8, 13 };
+	const uint32_t spp = 64, id = 0xabc;
+	(void)state;
+
+	cfg_small(&c);
+	assert_int_equal(pdma_dfr_init(&d, &c), 0);
+	assert_int_equal(pdma_ring_init(&r, 16, SLOT), 0);
+	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)
+		put_slot(&r, i, b, (uint32_t)data_pkt(b, id, 1000 + order[i], spp, c.sample_rate));
+	pdma_dfr_process(&d, &r, 0, 14);
+
+	struct pdma_stream_stats s;
+	assert_true(pdma_acct_stream(&d.acct, 0, &s));
+	assert_int_equal(s.stream_id, id);
+	/* distinct: 1..9, 11, 12, 13 minus 10 -> 12 received, 10 lost */
+	assert_int_equal(s.received, 12);
+	assert_int_equal(s.first_pkt, 1001);
+	assert_int_equal(s.last_pkt, 1013);
+	assert_int_equal(s.lost, 1);
+	assert_int_equal(s.duplicated, 2);          /* 4 again, 2 again */
+	assert_int_equal(s.reordered, 5);           /* 1, 2, 5, 11, 8 */
+	assert_int_equal(s.count_errors, 0);
+	assert_int_equal(s.bytes, 12 * spp * 4);
+	assert_int_equal(d.placed, 12);
+	/* Output: position p % 64, tag p + 1, payload = the samples sent. */
+	for (uint64_t p = 1001; p <= 1013; p++) {
+		uint64_t tag = d.t.tags[p % 64];
+		if (p == 1010) {
+			assert_int_equal(tag, 0); /* the gap is flagged */
+			continue;
+		}
+		assert_int_equal(tag, p + 1);
+		const uint8_t *o = pdma_dfr_out(&d, 0) + (p % 64) * spp * 4;
+		for (uint32_t i = 0; i < spp; i++)
+			assert_int_equal(pdma_vrt_get32(o + 4 * i), pdma_gen_sample(id, p * spp + i));
+	}
+	pdma_ring_fini(&r);
+	pdma_dfr_fini(&d);
+}
+
+/* Each malformed form is counted under its reason, attributed to its stream
+ * when the stream ID is readable, and never placed. */
+static void test_malformed_accounting(void **state)
+{
+	struct pdma_dfr_config c;
+	struct pdma_dfr d;
+	struct pdma_ring r;
+	uint8_t b[SLOT];
+	int n;
+	uint64_t i = 0;
+	(void)state;
+
+	cfg_small(&c);
+	c.max_streams = 2;
+	assert_int_equal(pdma_dfr_init(&d, &c), 0);
+	assert_int_equal(pdma_ring_init(&r, 32, SLOT), 0);
+	n = data_pkt(b, 7, 10, 16, c.sample_rate);
+	put_slot(&r, i++, b, (uint32_t)n);                /* good: stream 7 -> index 0 */
+	put_slot(&r, i++, b, (uint32_t)n - 4);            /* truncated */
+	b[0] = 0x61;
+	put_slot(&r, i++, b, (uint32_t)n);                /* command packet */
+	b[0] = 0x91;
+	put_slot(&r, i++, b, (uint32_t)n);                /* reserved type: not attributable */
+	n = data_pkt(b, 7, 11, 16, c.sample_rate);
+	b[1] = (uint8_t)((b[1] & 0xcf) | 0x20);           /* TSF = picoseconds */
+	put_slot(&r, i++, b, (uint32_t)n);
+	n = data_pkt(b, 7, 12, 8, c.sample_rate);         /* payload size changes */
+	put_slot(&r, i++, b, (uint32_t)n);
+	n = data_pkt(b, 8, 12, 16, c.sample_rate);        /* good: stream 8 -> index 1 */
+	put_slot(&r, i++, b, (uint32_t)n);
+	n = data_pkt(b, 8, 13, 16, c.sample_rate);
+	pdma_vrt_put32(b + 16, 3);                        /* sample count not on a packet boundary */
+	put_slot(&r, i++, b, (uint32_t)n);
+	n = data_pkt(b, 9, 13, 16, c.sample_rate);        /* third stream: table full */
+	put_slot(&r, i++, b, (uint32_t)n);
+	n = data_pkt(b, 7, 14, 16, c.sample_rate);
+	pdma_vrt_put32(b + 12, 0);
+	pdma_vrt_put32(b + 16, (uint32_t)c.sample_rate);  /* frac == rate */
+	put_slot(&r, i++, b, (uint32_t)n);
+	n = data_pkt(b, 7, 15, 300, c.sample_rate);       /* 1200 > max_payload */
+	put_slot(&r, i++, b, (uint32_t)n);
+	struct pdma_vrt_packet v = { .type = 0, .tsi = 1, .tsf = 1 };
+	n = pdma_vrt_build(&v, NULL, 64, b, SLOT);        /* no stream ID */
+	put_slot(&r, i++, b, (uint32_t)n);
+	v.type = 1;
+	v.tsf = 0;
+	v.stream_id = 7;
+	n = pdma_vrt_build(&v, NULL, 64, b, SLOT);        /* no sample count */
+	put_slot(&r, i++, b, (uint32_t)n);
+	put_slot(&r, i++, b, 0);                          /* empty */
+	pdma_dfr_process(&d, &r, 0, (uint32_t)i);
+
+	const uint64_t *m = d.acct.malformed_by_code;
+	assert_int_equal(m[PDMA_VRT_E_TRUNCATED], 1);
+	assert_int_equal(m[PDMA_VRT_E_COMMAND], 1);
+	assert_int_equal(m[PDMA_VRT_E_TYPE], 1);
+	assert_int_equal(m[PDMA_VRT_E_PICOSECONDS], 0); /* TSF=2 below 10^12 is valid VRT ... */
+	assert_int_equal(m[PDMA_DFR_E_NO_TS], 2);       /* ... but not a sample count; + tsf 0 */
+	assert_int_equal(m[PDMA_DFR_E_SIZE_CHANGE], 1);
+	assert_int_equal(m[PDMA_DFR_E_MISALIGNED], 1);
+	assert_int_equal(m[PDMA_DFR_E_TABLE_FULL], 1);
+	assert_int_equal(m[PDMA_DFR_E_FRAC_RANGE], 1);
+	assert_int_equal(m[PDMA_DFR_E_OVERSIZE], 1);
+	assert_int_equal(m[PDMA_DFR_E_NO_SID], 1);
+	assert_int_equal(m[PDMA_DFR_E_EMPTY], 1);
+	struct pdma_stream_stats s;
+	assert_true(pdma_acct_stream(&d.acct, 0, &s));
+	assert_int_equal(s.stream_id, 7);
+	assert_int_equal(s.received, 1);
+	assert_int_equal(s.malformed, 7); /* trunc, cmd, TSF=2, size, frac, oversize, TSF=0 */
+	assert_true(pdma_acct_stream(&d.acct, 1, &s));
+	assert_int_equal(s.stream_id, 8);
+	assert_int_equal(s.received, 1);
+	assert_int_equal(s.malformed, 1);
+	/* reserved type, table full (stream 9), no SID, empty */
+	assert_int_equal(d.acct.malformed_unattributed, 4);
+	assert_int_equal(d.placed, 2);
+	pdma_ring_fini(&r);
+	pdma_dfr_fini(&d);
+}
+
+/* Packets older than the window are "late", not guessed at; a jump of more
+ * than the window is all loss. */
+static void test_window(void **state)
+{
+	struct pdma_acct a;
+	struct pdma_dfr_desc d = { .stream = 0, .status = PDMA_DFR_ST_DATA, .stream_id = 1 };
+	struct pdma_stream_stats s;
+	(void)state;
+
+	assert_int_equal(pdma_acct_init(&a, 1), 0);
+	assert_false(pdma_acct_stream(&a, 0, &s));
+	assert_false(pdma_acct_stream(&a, 1, &s));
+	d.pkt = 5;
+	d.count = 5 | 0x10;
+	pdma_acct_add(&a, &d, 100);
+	d.pkt = 5 + PDMA_ACCT_WINDOW + 10;
+	d.count = (uint8_t)((d.pkt & 15) | 0x10);
+	pdma_acct_add(&a, &d, 100);
+	d.pkt = 6; /* behind the window */
+	d.count = 6 | 0x10;
+	pdma_acct_add(&a, &d, 100);
+	d.pkt = 5 + PDMA_ACCT_WINDOW + 9; /* inside: reordered */
+	d.count = (uint8_t)((d.pkt & 15) | 0x10);
+	pdma_acct_add(&a, &d, 100);
+	pdma_acct_add(&a, &d, 100); /* and its duplicate */
+	d.pkt = 5 + PDMA_ACCT_WINDOW + 11;
+	d.count = (uint8_t)(((d.pkt + 1) & 15) | 0x10); /* wrong 4-bit count for this index */
+	pdma_acct_add(&a, &d, 100);
+	assert_true(pdma_acct_stream(&a, 0, &s));
+	assert_int_equal(s.received, 4);
+	assert_int_equal(s.late, 1);
+	assert_int_equal(s.reordered, 1);
+	assert_int_equal(s.duplicated, 1);
+	assert_int_equal(s.count_errors, 1);
+	assert_int_equal(s.lost, PDMA_ACCT_WINDOW + 12 - 4);
+	pdma_acct_fini(&a);
+}
+
+static void test_gen(void **state)
+{
+	struct pdma_gen_config c;
+	struct pdma_gen *g, *h;
+	uint8_t b[SLOT], b2[SLOT];
+	uint32_t si, sj;
+	int n, m;
+	(void)state;
+
+	pdma_gen_config_default(&c);
+	c.packet_size = 1022;
+	assert_int_equal(pdma_gen_open(&c, &g), -EINVAL);
+	c.packet_size = 32; /* no payload left */
+	assert_int_equal(pdma_gen_open(&c, &g), -EINVAL);
+	c.packet_size = 1024;
+	c.loss_pm = 600;
+	c.dup_pm = 401;
+	assert_int_equal(pdma_gen_open(&c, &g), -EINVAL);
+	c.loss_pm = 50;
+	c.dup_pm = 50;
+	c.reorder_pm = 50;
+	c.packets = 500;
+	c.streams = 3;
+	/* Deterministic: two generators with one seed emit identical bytes. */
+	assert_int_equal(pdma_gen_open(&c, &g), 0);
+	assert_int_equal(pdma_gen_open(&c, &h), 0);
+	uint64_t total = 0, ctx = 0;
+	while ((n = pdma_gen_next(g, b, sizeof(b), &si)) > 0) {
+		m = pdma_gen_next(h, b2, sizeof(b2), &sj);
+		assert_int_equal(n, m);
+		assert_int_equal(si, sj);
+		assert_memory_equal(b, b2, (size_t)n);
+		struct pdma_vrt_packet v;
+		assert_int_equal(pdma_vrt_parse(b, (size_t)n, PDMA_VRT_EXACT, &v), n);
+		assert_int_equal(v.stream_id, c.stream_id_base + si);
+		if (v.type == PDMA_VRT_CONTEXT) {
+			ctx++;
+			/* sample rate, 64-bit with the radix point at bit 20 */
+			assert_true(pdma_vrt_get64(b + v.ctx_off[31 - 21]) == c.sample_rate << 20);
+			continue;
+		}
+		assert_int_equal(n, 1024);
+		total++;
+	}
+	assert_int_equal(n, 0);
+	assert_int_equal(pdma_gen_next(h, b2, sizeof(b2), &sj), 0);
+	assert_int_equal(ctx, 3);
+	uint64_t sent = 0;
+	for (uint32_t i = 0; i < 3; i++) {
+		const struct pdma_gen_inject *in = pdma_gen_injected(g, i);
+		assert_true(in->lost > 0 && in->duplicated > 0 && in->reordered > 0);
+		assert_int_equal(in->sent, c.packets - in->lost + in->duplicated);
+		sent += in->sent;
+	}
+	assert_int_equal(sent, total);
+	assert_null(pdma_gen_injected(g, 3));
+	assert_int_equal(pdma_gen_next(g, b, 100, &si), 0); /* finished stays finished */
+	pdma_gen_close(g);
+	pdma_gen_close(h);
+
+	/* Too small an output buffer is an error, not a truncated packet. */
+	c.loss_pm = c.dup_pm = c.reorder_pm = 0;
+	c.context = false;
+	assert_int_equal(pdma_gen_open(&c, &g), 0);
+	assert_int_equal(pdma_gen_next(g, b, 1000, &si), -EMSGSIZE);
+	pdma_gen_close(g);
+}
+
+static void test_pcap(void **state)
+{
+	struct pdma_gen_config c;
+	struct pdma_gen *g;
+	char *buf = NULL;
+	size_t len = 0;
+	(void)state;
+
+	pdma_gen_config_default(&c);
+	c.streams = 2;
+	c.packets = 5;
+	c.packet_size = 256;
+	assert_int_equal(pdma_gen_open(&c, &g), 0);
+	FILE *f = open_memstream(&buf, &len);
+	assert_int_equal(pdma_gen_write_pcap(g, f, "127.0.0.1", 4991), 0);
+	fclose(f);
+	/* 24-byte file header, then 12 records (2 context + 10 data). */
+	uint32_t magic;
+	memcpy(&magic, buf, 4);
+	assert_int_equal(magic, 0xa1b2c3d4u);
+	size_t off = 24, recs = 0;
+	while (off < len) {
+		uint32_t cap;
+		memcpy(&cap, buf + off + 8, 4);
+		const uint8_t *eth = (const uint8_t *)buf + off + 16;
+		assert_int_equal(eth[12], 0x08);
+		assert_int_equal(eth[23], 17);                   /* UDP */
+		assert_int_equal(eth[36] << 8 | eth[37], 4991);  /* dst port */
+		struct pdma_vrt_packet v;
+		assert_int_equal(pdma_vrt_parse(eth + 42, cap - 42, PDMA_VRT_EXACT, &v), (int)cap - 42);
+		off += 16 + cap;
+		recs++;
+	}
+	assert_int_equal(off, len);
+	assert_int_equal(recs, 12);
+	free(buf);
+	pdma_gen_close(g);
+	f = fopen("/dev/null", "w");
+	assert_int_equal(pdma_gen_open(&c, &g), 0);
+	assert_int_equal(pdma_gen_write_pcap(g, f, "not-an-ip", 4991), -EINVAL);
+	fclose(f);
+	pdma_gen_close(g);
+}
+
+static void test_ring(void **state)
+{
+	struct pdma_ring r;
+	uint8_t mem[4096];
+	(void)state;
+	assert_int_equal(pdma_ring_init(&r, 0, 2048), -EINVAL);
+	assert_int_equal(pdma_ring_init(&r, 8, 16), -EINVAL);
+	assert_int_equal(pdma_ring_init(&r, 5, 1000), 0);
+	assert_int_equal(r.nslots, 8);
+	assert_int_equal(r.slot_size, 1024);
+	assert_ptr_equal(pdma_ring_slot(&r, 9), r.base + 1024);
+	assert_int_equal(pdma_ring_register(&r, NULL, 0), -EINVAL);
+	pdma_ring_fini(&r);
+	assert_int_equal(pdma_ring_init_external(&r, mem, sizeof(mem), 1000), 0);
+	assert_int_equal(r.nslots, 4);
+	pdma_ring_fini(&r);
+	assert_int_equal(pdma_ring_init_external(&r, NULL, sizeof(mem), 1000), -EINVAL);
+	struct pdma_dfr_config c;
+	struct pdma_dfr d;
+	cfg_small(&c);
+	c.max_payload = 1022;
+	assert_int_equal(pdma_dfr_init(&d, &c), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_deframe_and_account),
+		cmocka_unit_test(test_malformed_accounting),
+		cmocka_unit_test(test_window),
+		cmocka_unit_test(test_gen),
+		cmocka_unit_test(test_pcap),
+		cmocka_unit_test(test_ring),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+/* gen -> ingest over 127.0.0.1: what the generator injected (loss, bursts,
+ * reordering, duplication) is exactly what the ingest side reports, per
+ * stream, and the deframed bytes are the bytes sent. Threads: the sender,
+ * the receive threads and the deframer. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "demo.h"
+#include "ingest.h"
+#include "peerdma/mr.h"
+#include "peerdma/sim.h"
+
+static void check(const struct pdma_gen_config *g, struct pdma_ingest_config *ic, double rate)
+{
+	struct pdma_loopback_result r;
+	uint64_t inj = 0;
+
+	assert_int_equal(pdma_loopback_run(g, ic, rate, &r), 0);
+	assert_int_equal(r.totals.socket_drops, 0);
+	assert_int_equal(r.totals.ring_overruns, 0);
+	for (uint32_t i = 0; i < g->streams; i++) {
+		const struct pdma_loopback_stream *s = &r.s[i];
+		assert_int_equal(s->detected.stream_id, g->stream_id_base + i);
+		assert_int_equal(s->detected.lost, s->injected.lost);
+		assert_int_equal(s->detected.duplicated, s->injected.duplicated);
+		assert_int_equal(s->detected.reordered, s->injected.reordered);
+		assert_int_equal(s->detected.received, g->packets - s->injected.lost);
+		assert_int_equal(s->detected.context, g->context ? 1 : 0);
+		assert_int_equal(s->detected.malformed, 0);
+		assert_int_equal(s->detected.count_errors, 0);
+		assert_int_equal(s->content_errors, 0);
+		assert_true(s->checked_packets > 0);
+		assert_true(s->match);
+		inj += s->injected.lost + s->injected.duplicated + s->injected.reordered;
+	}
+	/* The scenario must actually inject something, or it proves nothing. */
+	if (g->loss_pm || g->dup_pm || g->reorder_pm)
+		assert_true(inj > 0);
+	assert_true(r.match);
+	free(r.s);
+}
+
+static void test_loopback_single_loss(void **state)
+{
+	struct pdma_gen_config g;
+	struct pdma_ingest_config ic;
+	(void)state;
+	pdma_gen_config_default(&g);
+	g.streams = 3;
+	g.packets = 1500;
+	g.loss_pm = 10;
+	g.dup_pm = 10;
+	g.reorder_pm = 10;
+	g.seed = 7;
+	pdma_ingest_config_default(&ic);
+	ic.ring_slots = 1024;
+	ic.slot_size = 2048;
+	check(&g, &ic, 50000);
+}
+
+/* 16-packet bursts: the 4-bit count cannot see them, the sample count can. */
+static void test_loopback_bursts_two_threads(void **state)
+{
+	struct pdma_gen_config g;
+	struct pdma_ingest_config ic;
+	struct pdma_loopback_result r;
+	(void)state;
+	pdma_gen_config_default(&g);
+	g.streams = 4;
+	g.packets = 1200;
+	g.packet_size = 288;
+	g.trailer = false;
+	g.loss_pm = 8;
+	g.loss_burst = 16;
+	g.reorder_pm = 20;
+	g.seed = 99;
+	pdma_ingest_config_default(&ic);
+	ic.threads = 2;
+	ic.ring_slots = 1024;
+	ic.slot_size = 1024;
+	check(&g, &ic, 50000);
+	/* Loss only (a swap also looks like a gap to the 4-bit count). */
+	g.reorder_pm = 0;
+	assert_int_equal(pdma_loopback_run(&g, &ic, 50000, &r), 0);
+	assert_true(r.match);
+	uint64_t lost = 0, lost4 = 0;
+	for (uint32_t i = 0; i < g.streams; i++) {
+		lost += r.s[i].detected.lost;
+		lost4 += r.s[i].detected.lost_count4;
+	}
+	assert_true(lost >= 16);
+	assert_int_equal(lost4, 0); /* every burst is a multiple of 16 */
+	free(r.s);
+}
+
+/* The direct path: rings in simulated GPU memory, registered, written by the
+ * simulated DMA device by key. */
+static void test_loopback_direct_sim(void **state)
+{
+	struct pdma_sim *sim;
+	struct pdma_domain *dom;
+	struct pdma_domain_attr da;
+	struct pdma_sim_attr sa = { .mem_size = 16u << 20 };
+	struct pdma_gen_config g;
+	struct pdma_ingest_config ic;
+	struct pdma_sim_stats st;
+	(void)state;
+	assert_int_equal(pdma_sim_open(&sa, &sim), 0);
+	pdma_domain_attr_init(&da);
+	da.sim = sim;
+	assert_int_equal(pdma_domain_open(&da, &dom), 0);
+	pdma_gen_config_default(&g);
+	g.streams = 2;
+	g.packets = 800;
+	g.dup_pm = 10;
+	g.reorder_pm = 10;
+	g.loss_pm = 10;
+	pdma_ingest_config_default(&ic);
+	ic.path = PDMA_RX_DIRECT;
+	ic.domain = dom;
+	ic.sim = sim;
+	ic.ring_slots = 512;
+	ic.slot_size = 1088;
+	check(&g, &ic, 40000);
+	pdma_sim_get_stats(sim, &st);
+	assert_true(st.dma_bytes > 800 * 1024);
+	assert_int_equal(st.live_pins, 0); /* rings unregistered at close */
+	assert_int_equal(pdma_domain_close(dom), 0);
+	assert_int_equal(pdma_sim_close(sim), 0);
+}
+
+static void test_ingest_bad_config(void **state)
+{
+	struct pdma_ingest_config ic;
+	struct pdma_ingest *ing;
+	(void)state;
+	pdma_ingest_config_default(&ic);
+	ic.threads = 0;
+	assert_int_equal(pdma_ingest_open(&ic, &ing), -EINVAL);
+	pdma_ingest_config_default(&ic);
+	ic.path = PDMA_RX_DIRECT; /* needs a domain and a sim */
+	assert_int_equal(pdma_ingest_open(&ic, &ing), -EINVAL);
+	pdma_ingest_config_default(&ic);
+	ic.path = PDMA_RX_HOST_STAGED;
+	ic.port = 0;
+	int r = pdma_ingest_open(&ic, &ing);
+	if (r == 0)
+		pdma_ingest_close(ing); /* a machine with a GPU and the module */
+	else
+		assert_int_equal(r, -ENODEV); /* CI: no CUDA device, module never loaded */
+	pdma_ingest_config_default(&ic);
+	ic.port = 0;
+	ic.ring_slots = 64;
+	ic.slot_size = 256;
+	assert_int_equal(pdma_ingest_open(&ic, &ing), 0);
+	assert_true(pdma_ingest_port(ing) != 0);
+	assert_int_equal(pdma_ingest_stop(ing), -EINVAL); /* never started */
+	pdma_ingest_close(ing);
+}
+
+static void test_demo(void **state)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	(void)state;
+	assert_non_null(f);
+	assert_int_equal(pdma_ingest_demo(f), 0);
+	fclose(f);
+	assert_non_null(strstr(buf, "match"));
+	assert_null(strstr(buf, "MISMATCH"));
+	free(buf);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ingest_bad_config),
+		cmocka_unit_test(test_loopback_single_loss),
+		cmocka_unit_test(test_loopback_bursts_two_threads),
+		cmocka_unit_test(test_loopback_direct_sim),
+		cmocka_unit_test(test_demo),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
