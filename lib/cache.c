@@ -1366,6 +1366,29 @@ int pdma_cache_get(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *b
 	return get_slow(c, ops, be, iface, addr, len, s, end, alloc, region);
 }
 
+int pdma_cache_find(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *be,
+		    enum pdma_hmem_iface iface, uint64_t addr, size_t len,
+		    struct pdma_region **region)
+{
+	uint64_t pm = ops->page_size - 1, s, end;
+	struct entry *e;
+
+	if (unlikely((unsigned)iface >= PDMA_CACHE_NIFACE ||
+		     c->mode[iface] != PDMA_CACHE_MODE_TRUST))
+		return -ENOENT;
+	if (unlikely(!len || addr + len < addr || addr + len + pm < addr + len))
+		return -EINVAL;
+	s = addr & ~pm;
+	end = (addr + len + pm) & ~pm;
+	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
+		uffd_wait();
+	e = lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
+	if (!e)
+		return -ENOENT;
+	*region = &e->r;
+	return 0;
+}
+
 void pdma_cache_put(struct pdma_cache *c, struct pdma_region *r)
 {
 	struct entry *e = entry_of(r);

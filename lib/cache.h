@@ -84,6 +84,14 @@ void pdma_cache_close(struct pdma_cache *cache);
 int pdma_cache_get(struct pdma_cache *cache, const struct pdma_mem_ops *ops, void *be,
 		   enum pdma_hmem_iface iface, uint64_t addr, size_t len,
 		   const struct pdma_mem_alloc *alloc, struct pdma_region **region);
+/* A hit only, for interfaces in TRUST mode, where a hit needs no facts about
+ * the allocation: lets a caller skip classifying and querying the memory
+ * (driver calls for CUDA) when the region is already pinned. -ENOENT on a miss
+ * or when the interface is not in TRUST mode; the caller then takes the
+ * pdma_cache_get() path. */
+int pdma_cache_find(struct pdma_cache *cache, const struct pdma_mem_ops *ops, void *be,
+		    enum pdma_hmem_iface iface, uint64_t addr, size_t len,
+		    struct pdma_region **region);
 void pdma_cache_put(struct pdma_cache *cache, struct pdma_region *region);
 
 /* Drop every region of iface overlapping [addr, addr + len) (what monitor

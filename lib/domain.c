@@ -7,6 +7,7 @@
 
 #include "cache.h"
 #include "domain.h"
+#include "mem_cuda.h"
 #include "mem_kdev.h"
 
 void pdma_domain_attr_init(struct pdma_domain_attr *attr)
@@ -47,6 +48,12 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 					       : (1ull << (8 * d->attr.mr_key_size)) - 1;
 	pthread_rwlock_init(&d->lock, NULL);
 	pthread_mutex_init(&d->cuda_lock, NULL);
+	if (pdma_rand_init(&d->rand)) {
+		pthread_mutex_destroy(&d->cuda_lock);
+		pthread_rwlock_destroy(&d->lock);
+		free(d);
+		return -ENOMEM;
+	}
 	if (d->attr.kernel_device) {
 		ret = pdma_kdev_open(d->attr.kernel_device, &d->kdev);
 		if (ret)
@@ -57,6 +64,13 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 		struct pdma_cache_attr ca;
 
 		pdma_cache_attr_from_env(&ca);
+		/* CUDA regions need a per-hit buffer-ID check unless every CUDA
+		 * free is known to reach the monitor first (the allocation hooks
+		 * are live): then invalidations alone can be trusted. */
+		if (ca.mode[PDMA_HMEM_CUDA] == PDMA_CACHE_MODE_DEFAULT)
+			ca.mode[PDMA_HMEM_CUDA] =
+				pdma_cuda_monitor_mode() == PDMA_CUDA_MON_HOOKS ?
+					PDMA_CACHE_MODE_TRUST : PDMA_CACHE_MODE_TAG_CHECK;
 		ret = pdma_cache_open(&ca, &d->cache);
 		if (ret)
 			goto err;
@@ -66,6 +80,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 err:
 	if (d->kdev)
 		pdma_kdev_close(d->kdev);
+	pdma_rand_fini(&d->rand);
 	pthread_mutex_destroy(&d->cuda_lock);
 	pthread_rwlock_destroy(&d->lock);
 	free(d);
@@ -87,6 +102,7 @@ int pdma_domain_close(struct pdma_domain *d)
 	pdma_domain_backend_close(d);
 	if (d->kdev)
 		pdma_kdev_close(d->kdev);
+	pdma_rand_fini(&d->rand);
 	pthread_mutex_destroy(&d->cuda_lock);
 	pthread_rwlock_destroy(&d->lock);
 	free(d);

@@ -11,6 +11,7 @@
 #define PDMA_LIB_DOMAIN_H
 
 #include <pthread.h>
+#include <sys/types.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <uthash.h>
@@ -94,8 +95,21 @@ struct pdma_eq {
 	struct pdma_eq_entry *ring;
 };
 
+/* Random bytes for keys and raw-key tags, drawn from getrandom() a block at a
+ * time: one system call per registration cost more than the rest of a cached
+ * registration together. Bytes are handed out once and wiped. The block lives
+ * in a MADV_WIPEONFORK page, so a forked child finds it empty and refills:
+ * it never repeats its parent's keys. Without such a page (old kernels) every
+ * draw is a getrandom() call. */
+struct pdma_rand_page;
+struct pdma_rand_pool {
+	pthread_mutex_t lock;
+	struct pdma_rand_page *page; /* NULL: no pool, draw directly */
+};
+
 struct pdma_domain {
 	struct pdma_domain_attr attr;
+	struct pdma_rand_pool rand;
 	uint64_t key_mask;           /* keys must fit in mr_key_size bytes */
 	pthread_rwlock_t lock;
 	struct pdma_key_entry *keys; /* uthash: live keys, own and mapped */
@@ -116,7 +130,9 @@ void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
 /* key.c */
 int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key);
 struct pdma_mr *pdma_key_lookup(struct pdma_domain *d, uint64_t key);
-int pdma_random_bytes(void *buf, size_t len);
+int pdma_rand_init(struct pdma_rand_pool *p);
+void pdma_rand_fini(struct pdma_rand_pool *p);
+int pdma_random_bytes(struct pdma_rand_pool *p, void *buf, size_t len);
 
 /* eq.c: a registration reserves its event slot first (-EAGAIN when full). */
 int pdma_eq_reserve(struct pdma_eq *eq);

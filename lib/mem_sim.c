@@ -36,7 +36,7 @@ struct sim_pin {
 	pdma_mem_revoke_fn revoke;
 	void *arg;
 	enum sim_pin_state state;
-	struct sim_pin *next;
+	struct sim_pin *next, **pprev; /* unlinked in O(1): many pins per allocation */
 };
 
 struct sim_alloc {
@@ -304,6 +304,9 @@ static int sim_pin(void *be, uint64_t addr, size_t len, pdma_mem_revoke_fn revok
 	p->arg = arg;
 	p->state = PIN_LIVE;
 	p->next = a->pins;
+	if (p->next)
+		p->next->pprev = &p->next;
+	p->pprev = &a->pins;
 	a->pins = p;
 	s->st.bar_used += len;
 	s->st.live_pins++;
@@ -317,7 +320,7 @@ static int sim_pin(void *be, uint64_t addr, size_t len, pdma_mem_revoke_fn revok
 static void sim_unpin(void *be, void *pin)
 {
 	struct pdma_sim *s = be;
-	struct sim_pin *p = pin, **pp;
+	struct sim_pin *p = pin;
 
 	pthread_mutex_lock(&s->lock);
 	while (p->state == PIN_REVOKING)
@@ -327,9 +330,9 @@ static void sim_unpin(void *be, void *pin)
 		s->st.live_pins--;
 	}
 	if (p->alloc) {
-		for (pp = &p->alloc->pins; *pp != p; pp = &(*pp)->next)
-			;
-		*pp = p->next;
+		*p->pprev = p->next;
+		if (p->next)
+			p->next->pprev = p->pprev;
 	}
 	s->st.unpins++;
 	s->pin_structs--;

@@ -44,6 +44,13 @@ static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device
 	void *be;
 	int ret;
 
+	/* CUDA memory with the free hooks live: a pinned region is found
+	 * without the two driver calls (classify, query) of the full path.
+	 * GPU memory is the common case; host memory takes the full path. */
+	if (iface == PDMA_HMEM_CUDA && use_cache && d->cache &&
+	    !pdma_domain_backend(d, iface, device, 0, 0, &ops, &be) &&
+	    !pdma_cache_find(d->cache, ops, be, iface, addr, len, out))
+		return 0;
 	ret = pdma_domain_backend(d, iface, device, addr, len, &ops, &be);
 	if (ret)
 		return ret;
@@ -144,7 +151,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	m->base = (uint64_t)(uintptr_t)attr->mr_iov[0].iov_base;
 	m->total_len = total;
 	atomic_init(&m->enabled, !(d->attr.mr_mode & (PDMA_MR_RMA_EVENT | PDMA_MR_ENDPOINT)));
-	ret = pdma_random_bytes(m->raw_tag, sizeof(m->raw_tag));
+	ret = pdma_random_bytes(&d->rand, m->raw_tag, sizeof(m->raw_tag));
 	if (ret)
 		goto err_mr;
 	for (size_t i = 0; i < attr->iov_count; i++) {
@@ -354,7 +361,7 @@ int pdma_mr_map_raw(struct pdma_domain *d, uint64_t base_addr, const uint8_t *ra
 		goto out;
 	}
 	for (;;) {
-		ret = pdma_random_bytes(&e->key, sizeof(e->key));
+		ret = pdma_random_bytes(&d->rand, &e->key, sizeof(e->key));
 		if (ret)
 			goto out;
 		if (e->key != PDMA_KEY_NOTAVAIL && e->key && !pdma_key_lookup(d, e->key))

@@ -50,12 +50,23 @@ struct edu_file {
 	struct edu_ref *attached;
 };
 
+/*
+ * Quiesce callbacks that found a transfer in flight and waited for it: lets
+ * the tests prove the wait without timing (read-only module parameter).
+ */
+static unsigned int quiesce_waits;
+module_param(quiesce_waits, uint, 0444);
+MODULE_PARM_DESC(quiesce_waits, "quiesce callbacks that waited for a DMA in flight");
+
 static void edu_quiesce(void *priv, u64 handle)
 {
 	struct edu_ref *r = priv;
 
 	/* waits for the transfer in flight, and no later one starts */
-	mutex_lock(&edu.dma_lock);
+	if (!mutex_trylock(&edu.dma_lock)) {
+		mutex_lock(&edu.dma_lock);
+		WRITE_ONCE(quiesce_waits, quiesce_waits + 1);
+	}
 	r->stopped = true;
 	r->quiesced++;
 	mutex_unlock(&edu.dma_lock);

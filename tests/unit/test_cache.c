@@ -613,6 +613,53 @@ static void test_tag_check(void **state)
 	assert_int_equal(f.live, 0);
 }
 
+/* pdma_cache_find: hits only, only in TRUST mode, never pins, never queries. */
+static void test_find(void **state)
+{
+	struct fake f;
+	struct pdma_cache *c;
+	struct pdma_region *a, *x = NULL;
+	struct pdma_mem_alloc al = { .base = BASE, .size = 4 * PG, .buffer_id = 7 };
+
+	(void)state;
+	fake_init(&f, 64);
+	c = open_cache(100, 1 << 30); /* CUDA: TAG_CHECK, SIM: TRUST */
+	f.buffer_id = 7;
+	assert_int_equal(pdma_cache_find(c, &fake_ops, &f, PDMA_HMEM_SIM, BASE, PG, &x), -ENOENT);
+	assert_int_equal(f.pins, 0);
+	a = get_ok(c, &f, BASE, 4 * PG);
+	pdma_cache_put(c, a);
+	f.queries = 0;
+	assert_int_equal(pdma_cache_find(c, &fake_ops, &f, PDMA_HMEM_SIM, BASE + PG + 3, 100, &x),
+			 0);
+	assert_ptr_equal(x, a);
+	assert_int_equal(f.queries, 0);
+	pdma_cache_put(c, x);
+	/* Beyond the region, another backend context, bad ranges: no hit. */
+	assert_int_equal(pdma_cache_find(c, &fake_ops, &f, PDMA_HMEM_SIM, BASE + 3 * PG, 2 * PG,
+					 &x), -ENOENT);
+	{
+		struct fake g;
+
+		fake_init(&g, 8);
+		assert_int_equal(pdma_cache_find(c, &fake_ops, &g, PDMA_HMEM_SIM, BASE, PG, &x),
+				 -ENOENT);
+	}
+	assert_int_equal(pdma_cache_find(c, &fake_ops, &f, PDMA_HMEM_SIM, BASE, 0, &x), -EINVAL);
+	assert_int_equal(pdma_cache_find(c, &fake_ops, &f, PDMA_HMEM_SIM, UINT64_MAX - 10, 100, &x),
+			 -EINVAL);
+	/* Invalidated: gone for find too. */
+	assert_int_equal(pdma_cache_invalidate(c, PDMA_HMEM_SIM, BASE, PG), 1);
+	assert_int_equal(pdma_cache_find(c, &fake_ops, &f, PDMA_HMEM_SIM, BASE, PG, &x), -ENOENT);
+	/* TAG_CHECK: a hit needs the buffer ID, so find never answers. */
+	assert_int_equal(pdma_cache_get(c, &fake_ops, &f, PDMA_HMEM_CUDA, BASE, PG, &al, &a), 0);
+	pdma_cache_put(c, a);
+	assert_int_equal(pdma_cache_find(c, &fake_ops, &f, PDMA_HMEM_CUDA, BASE, PG, &x), -ENOENT);
+	assert_int_equal(f.pins, 2);
+	pdma_cache_close(c);
+	assert_int_equal(f.live, 0);
+}
+
 static void test_close_with_users(void **state)
 {
 	struct fake f;
@@ -1206,6 +1253,7 @@ int main(void)
 		cmocka_unit_test(test_invalidate_notify),
 		cmocka_unit_test(test_revoke),
 		cmocka_unit_test(test_tag_check),
+		cmocka_unit_test(test_find),
 		cmocka_unit_test(test_close_with_users),
 		cmocka_unit_test(test_env),
 		cmocka_unit_test(test_host_no_monitor),

@@ -20,7 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "cuda_api.h"
+#include "domain.h"
 #include "mem_cuda.h"
 #include "monitor.h"
 #include "region.h"
@@ -62,6 +64,7 @@ static struct fake {
 	int export_strict;          /* refuse exports past the allocation's size */
 	unsigned int last_nattrs;   /* attributes asked in the last cuPointerGetAttributes */
 	int free_during_setattr;    /* a concurrent free lands in the middle of a pin */
+	int attr_calls;             /* pointer attribute queries */
 } F;
 
 static struct falloc *ffind(uint64_t p)
@@ -186,6 +189,7 @@ static pdma_cu_result f_getattrs(unsigned int n, int *attrs, void **data, pdma_c
 	struct falloc *a = ffind(p);
 
 	F.last_nattrs = n;
+	F.attr_calls++;
 	for (unsigned int i = 0; i < n; i++)
 		fill_attr(a, attrs[i], data[i]);
 	return 0;
@@ -194,6 +198,7 @@ static pdma_cu_result f_getattr(void *data, int attr, pdma_cu_ptr p)
 {
 	struct falloc *a = ffind(p);
 
+	F.attr_calls++;
 	if (!a)
 		return PDMA_CU_ERROR_INVALID_VALUE;
 	fill_attr(a, attr, data);
@@ -818,6 +823,44 @@ static void test_hooks_region_and_context(void **state)
 	pdma_mem_cuda_ops.unpin(cu, q);
 }
 
+/* Through the public API, with the hooks live: a cached CUDA registration is
+ * found without a driver call; a free (through the hook) drops it. */
+static void test_mr_cached_hooks(void **state)
+{
+	uint64_t base = 0x7f2000000000ull;
+	struct pdma_domain_attr da;
+	struct pdma_domain *d;
+	struct iovec iov = { (void *)(uintptr_t)base, MiB };
+	struct pdma_mr_attr a = { .mr_iov = &iov, .iov_count = 1, .access = PDMA_REMOTE_WRITE,
+				  .iface = PDMA_HMEM_CUDA };
+	struct pdma_mr *m;
+	int calls;
+
+	(void)state;
+	setenv("PEERDMA_CUDA_MONITOR", "hooks", 1);
+	pdma_domain_attr_init(&da);
+	da.mr_mode |= PDMA_MR_HMEM;
+	da.use_cache = 1;
+	assert_int_equal(pdma_domain_open(&da, &d), 0);
+	fadd(base, 2 * MiB, PDMA_CU_MEMORYTYPE_DEVICE, 0);
+	assert_int_equal(pdma_mr_regattr(d, &a, 0, &m), 0);
+	assert_int_equal(F.exports, 1);
+	assert_int_equal(pdma_mr_close(m), 0);
+	calls = F.attr_calls;
+	assert_int_equal(pdma_mr_regattr(d, &a, 0, &m), 0);
+	assert_int_equal(F.exports, 1);       /* a hit */
+	assert_int_equal(F.attr_calls, calls); /* and no driver call to find it */
+	assert_int_equal(pdma_mr_close(m), 0);
+	/* Freed through the hook and reallocated at the same address. */
+	assert_int_equal(cuMemFree_v2(base), PDMA_CU_SUCCESS);
+	fadd(base, 2 * MiB, PDMA_CU_MEMORYTYPE_DEVICE, 0);
+	assert_int_equal(pdma_mr_regattr(d, &a, 0, &m), 0);
+	assert_int_equal(F.exports, 2);
+	assert_int_equal(pdma_mr_close(m), 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+	unsetenv("PEERDMA_CUDA_MONITOR");
+}
+
 static void test_host_pins(void **state)
 {
 	static char buf[64 * 1024] __attribute__((aligned(4096)));
@@ -872,6 +915,34 @@ static void test_monitor_mode(void **state)
 	unsetenv("PEERDMA_CUDA_MONITOR");
 }
 
+/* The mode a domain's cache uses for CUDA follows the monitor mode: trust
+ * invalidations only when the hooks see every free, else check buffer IDs. */
+static enum pdma_cache_mode domain_cuda_cache_mode(void)
+{
+	struct pdma_domain_attr a = { .use_cache = 1 };
+	struct pdma_cache_stats st;
+	struct pdma_domain *d;
+
+	assert_int_equal(pdma_domain_open(&a, &d), 0);
+	assert_non_null(d->cache);
+	pdma_cache_get_stats(d->cache, &st);
+	assert_int_equal(pdma_domain_close(d), 0);
+	return st.mode[PDMA_HMEM_CUDA];
+}
+
+static void test_domain_cache_mode(void **state)
+{
+	(void)state;
+	assert_int_equal(domain_cuda_cache_mode(), PDMA_CACHE_MODE_TAG_CHECK);
+	setenv("PEERDMA_CUDA_MONITOR", "hooks", 1);
+	assert_int_equal(domain_cuda_cache_mode(), PDMA_CACHE_MODE_TRUST);
+	/* An explicit choice wins over the detection. */
+	setenv("PEERDMA_MR_CUDA_CACHE_MONITOR_ENABLED", "0", 1);
+	assert_int_equal(domain_cuda_cache_mode(), PDMA_CACHE_MODE_OFF);
+	unsetenv("PEERDMA_MR_CUDA_CACHE_MONITOR_ENABLED");
+	unsetenv("PEERDMA_CUDA_MONITOR");
+}
+
 static char log_msg[512];
 static int log_level;
 
@@ -901,6 +972,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_loader_missing_library),
+		cmocka_unit_test(test_domain_cache_mode),
 		cmocka_unit_test(test_loader_not_a_driver),
 		cmocka_unit_test(test_open_without_driver),
 		cmocka_unit_test(test_open_no_device),
@@ -918,6 +990,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_release_lockout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_close_with_live_pin, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hooks_region_and_context, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mr_cached_hooks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_pins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_log_routing, setup, teardown),
 		cmocka_unit_test(test_monitor_mode),

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "peerdma/mr.h"
 #include "peerdma/sim.h"
@@ -258,6 +260,52 @@ static void test_provider_keys(void **state)
 	 * (P(top byte 0) = 1/256 each); sequential keys would have none. */
 	assert_true(high > N * 9 / 10);
 	for (int i = 0; i < N; i++)
+		assert_int_equal(pdma_mr_close(m[i]), 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
+/* Keys come from a pool of random bytes: a forked child must not draw the
+ * bytes its parent draws next (it would hand out the parent's keys). */
+static void test_provider_keys_fork(void **state)
+{
+	enum { N = 4 };
+	struct pdma_domain *d = dom_open(PDMA_MR_BASIC, NULL);
+	static char buf[4096];
+	struct pdma_mr *m[N + 1];
+	uint64_t mine[N], child[N];
+	int fds[2], status;
+	pid_t pid;
+
+	(void)state;
+	/* Fill the pool in the parent before the fork. */
+	assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 0, 0, &m[N], NULL), 0);
+	assert_int_equal(pipe(fds), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		for (int i = 0; i < N; i++) {
+			struct pdma_mr *cm;
+
+			if (pdma_mr_reg(d, buf, 64, RW, 0, 0, 0, &cm, NULL))
+				_exit(2);
+			child[i] = pdma_mr_key(cm);
+		}
+		_exit(write(fds[1], child, sizeof(child)) == sizeof(child) ? 0 : 3);
+	}
+	close(fds[1]);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 0, 0, &m[i], NULL), 0);
+		mine[i] = pdma_mr_key(m[i]);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(read(fds[0], child, sizeof(child)), sizeof(child));
+	close(fds[0]);
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < N; j++)
+			assert_true(mine[i] != child[j]);
+	for (int i = 0; i <= N; i++)
 		assert_int_equal(pdma_mr_close(m[i]), 0);
 	assert_int_equal(pdma_domain_close(d), 0);
 }
@@ -737,6 +785,7 @@ int main(void)
 		cmocka_unit_test(test_hmem_backends),
 		cmocka_unit_test(test_requested_keys),
 		cmocka_unit_test(test_provider_keys),
+		cmocka_unit_test(test_provider_keys_fork),
 		cmocka_unit_test(test_raw_keys),
 		cmocka_unit_test(test_access_and_bounds),
 		cmocka_unit_test(test_iov_dma),
