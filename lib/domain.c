@@ -20,6 +20,20 @@ void pdma_domain_attr_init(struct pdma_domain_attr *attr)
 	};
 }
 
+/* What open built, in reverse; also the unwinding of a failed open. */
+static void domain_free(struct pdma_domain *d)
+{
+	if (d->cache)
+		pdma_cache_close(d->cache);
+	pdma_domain_backend_close(d);
+	if (d->kdev)
+		pdma_kdev_close(d->kdev);
+	pdma_rand_fini(&d->rand);
+	pthread_mutex_destroy(&d->cuda_lock);
+	pthread_rwlock_destroy(&d->lock);
+	free(d);
+}
+
 int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **out)
 {
 	struct pdma_domain *d;
@@ -48,12 +62,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 					       : (1ull << (8 * d->attr.mr_key_size)) - 1;
 	pthread_rwlock_init(&d->lock, NULL);
 	pthread_mutex_init(&d->cuda_lock, NULL);
-	if (pdma_rand_init(&d->rand)) {
-		pthread_mutex_destroy(&d->cuda_lock);
-		pthread_rwlock_destroy(&d->lock);
-		free(d);
-		return -ENOMEM;
-	}
+	pdma_rand_init(&d->rand);
 	if (d->attr.kernel_device) {
 		ret = pdma_kdev_open(d->attr.kernel_device, &d->kdev);
 		if (ret)
@@ -78,12 +87,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 	*out = d;
 	return 0;
 err:
-	if (d->kdev)
-		pdma_kdev_close(d->kdev);
-	pdma_rand_fini(&d->rand);
-	pthread_mutex_destroy(&d->cuda_lock);
-	pthread_rwlock_destroy(&d->lock);
-	free(d);
+	domain_free(d);
 	return ret;
 }
 
@@ -97,15 +101,7 @@ int pdma_domain_close(struct pdma_domain *d)
 		return -EBUSY;
 	}
 	pthread_rwlock_unlock(&d->lock);
-	if (d->cache)
-		pdma_cache_close(d->cache);
-	pdma_domain_backend_close(d);
-	if (d->kdev)
-		pdma_kdev_close(d->kdev);
-	pdma_rand_fini(&d->rand);
-	pthread_mutex_destroy(&d->cuda_lock);
-	pthread_rwlock_destroy(&d->lock);
-	free(d);
+	domain_free(d);
 	return 0;
 }
 

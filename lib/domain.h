@@ -130,7 +130,7 @@ void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
 /* key.c */
 int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key);
 struct pdma_mr *pdma_key_lookup(struct pdma_domain *d, uint64_t key);
-int pdma_rand_init(struct pdma_rand_pool *p);
+void pdma_rand_init(struct pdma_rand_pool *p);
 void pdma_rand_fini(struct pdma_rand_pool *p);
 int pdma_random_bytes(struct pdma_rand_pool *p, void *buf, size_t len);
 

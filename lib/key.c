@@ -36,7 +36,7 @@ struct pdma_rand_page {
 	unsigned char buf[RAND_PAGE - 2 * sizeof(size_t)];
 };
 
-int pdma_rand_init(struct pdma_rand_pool *p)
+void pdma_rand_init(struct pdma_rand_pool *p)
 {
 	void *pg = mmap(NULL, RAND_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
@@ -47,7 +47,7 @@ int pdma_rand_init(struct pdma_rand_pool *p)
 		else
 			munmap(pg, RAND_PAGE);
 	}
-	return pthread_mutex_init(&p->lock, NULL) ? -ENOMEM : 0;
+	pthread_mutex_init(&p->lock, NULL);
 }
 
 void pdma_rand_fini(struct pdma_rand_pool *p)

@@ -381,6 +381,13 @@ int pdma_cuda_ops_for(struct pdma_cuda *ctx, uint64_t addr, size_t len,
 
 /* ------------------------------------------------------------ GPU memory */
 
+static void alloc_from_info(struct pdma_mem_alloc *alloc, const struct pdma_cuda_ptr_info *in)
+{
+	alloc->base = in->base;
+	alloc->size = in->size;
+	alloc->buffer_id = in->buffer_id;
+}
+
 /* Is the classified pointer GPU memory that may be pinned? */
 static int gpu_kind_ok(struct pdma_cuda *ctx, const struct pdma_cuda_ptr_info *in, uint64_t addr)
 {
@@ -411,12 +418,9 @@ static int gpu_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc 
 		ret = gpu_kind_ok(ctx, &in, addr);
 	if (!ret)
 		ret = check_range(ctx, &in, addr, len, in.base + in.size);
-	if (ret)
-		return ret;
-	alloc->base = in.base;
-	alloc->size = in.size;
-	alloc->buffer_id = in.buffer_id;
-	return 0;
+	if (!ret)
+		alloc_from_info(alloc, &in);
+	return ret;
 }
 
 /*
@@ -704,12 +708,9 @@ static int host_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc
 	switch (in.kind) {
 	case PDMA_CUDA_KIND_HOST:
 		ret = check_range(ctx, &in, addr, len, in.base + in.size);
-		if (ret)
-			return ret;
-		alloc->base = in.base;
-		alloc->size = in.size;
-		alloc->buffer_id = in.buffer_id;
-		return 0;
+		if (!ret)
+			alloc_from_info(alloc, &in);
+		return ret;
 	case PDMA_CUDA_KIND_UNKNOWN:
 		/* Plain host memory: the allocation is not known; the range is. */
 		if (!len || addr + len < addr)
