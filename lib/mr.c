@@ -44,10 +44,14 @@ static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device
 	void *be;
 	int ret;
 
-	/* CUDA memory with the free hooks live: a pinned region is found
-	 * without the two driver calls (classify, query) of the full path.
-	 * GPU memory is the common case; host memory takes the full path. */
-	if (iface == PDMA_HMEM_CUDA && use_cache && d->cache &&
+	/* An interface whose cache trusts its invalidations (host memory under
+	 * a monitor, CUDA with the free hooks live, sim): a pinned region is
+	 * found without querying the memory (mincore over the range for host
+	 * memory, two driver calls for CUDA): had it been unmapped or freed,
+	 * the region would be gone from the cache. For CUDA the lookup tries
+	 * the GPU-memory ops, the common case; host memory registered as CUDA
+	 * takes the full path. */
+	if (use_cache && d->cache &&
 	    !pdma_domain_backend(d, iface, device, 0, 0, &ops, &be) &&
 	    !pdma_cache_find(d->cache, ops, be, iface, addr, len, out))
 		return 0;

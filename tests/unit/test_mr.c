@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cache.h"
+#include "domain.h"
 #include "peerdma/mr.h"
 #include "peerdma/sim.h"
 
@@ -462,6 +464,51 @@ static void test_host_pinning(void **state)
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 
+/* A cached host registration is found without querying the memory; once the
+ * memory is unmapped, the cache must not hand out the old pages: the next
+ * registration fails like an uncached one, and new memory at the same address
+ * is pinned afresh. */
+static void test_cached_host_unmapped(void **state)
+{
+	struct pdma_domain_attr a;
+	struct pdma_domain *d;
+	struct pdma_cache_stats st;
+	const size_t sz = 4 * 4096;
+	struct pdma_mr *m;
+	uint64_t misses;
+	char *buf, *again;
+
+	(void)state;
+	pdma_domain_attr_init(&a);
+	a.use_cache = 1;
+	assert_int_equal(pdma_domain_open(&a, &d), 0);
+	buf = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(buf != MAP_FAILED);
+	memset(buf, 1, sz);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(pdma_mr_reg(d, buf + 100, 2 * 4096, RW, 0, 0, 0, &m, NULL), 0);
+		assert_int_equal(pdma_mr_close(m), 0);
+	}
+	pdma_cache_get_stats(d->cache, &st);
+	if (st.mode[PDMA_HMEM_SYSTEM] == PDMA_CACHE_MODE_TRUST)
+		assert_int_equal(st.misses, 1); /* cached: two hits */
+	misses = st.misses;
+	munmap(buf, sz);
+	assert_int_equal(pdma_mr_reg(d, buf + 100, 2 * 4096, RW, 0, 0, 0, &m, NULL), -EFAULT);
+	again = mmap(buf, sz, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (again == buf) {
+		memset(again, 2, sz);
+		assert_int_equal(pdma_mr_reg(d, buf + 100, 2 * 4096, RW, 0, 0, 0, &m, NULL), 0);
+		pdma_cache_get_stats(d->cache, &st);
+		if (st.mode[PDMA_HMEM_SYSTEM] == PDMA_CACHE_MODE_TRUST)
+			assert_true(st.misses > misses); /* pinned afresh, not the old region */
+		assert_int_equal(pdma_mr_close(m), 0);
+		munmap(again, sz);
+	}
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
 static void test_sim_memory(void **state)
 {
 	struct pdma_sim *s = sim_open(1 << 20, 0);
@@ -790,6 +837,7 @@ int main(void)
 		cmocka_unit_test(test_access_and_bounds),
 		cmocka_unit_test(test_iov_dma),
 		cmocka_unit_test(test_host_pinning),
+		cmocka_unit_test(test_cached_host_unmapped),
 		cmocka_unit_test(test_sim_memory),
 		cmocka_unit_test(test_sim_bar_and_free_callback),
 		cmocka_unit_test(test_refresh),
