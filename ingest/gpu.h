@@ -6,6 +6,22 @@
  * CUDA to build, link or run.
  *
  * Thread safety: one pdma_gpu_dfr handle is used by one thread at a time.
+ *
+ * Launch modes: run() and run_staged() enqueue a batch's work (host-to-device
+ * copies, deframe kernels, the descriptor copy back) either on streams, one
+ * call per operation (PDMA_GPU_LAUNCH_STREAM), or as one CUDA graph per batch
+ * shape (kind, number of chunks, descriptors or not), built and instantiated
+ * once and then replayed with cudaGraphLaunch after its nodes' parameters are
+ * updated for the batch (PDMA_GPU_LAUNCH_GRAPH, the default; environment
+ * PEERDMA_GPU_LAUNCH=stream|graph overrides it at open). Both give identical
+ * results. A graph failure switches the handle to stream launch for good
+ * (get_launch() then says so, last_error() why).
+ *
+ * Kernel variants (set_kernel, or PEERDMA_DFR_KERNEL at open): "v5" (default:
+ * lane-parallel headers, flattened 16/4-byte warp copy), "v5cs" (the same with
+ * streaming cache hints), "v5b4" (4 blocks of 256 per SM, 4 units per lane),
+ * "tma" (Hopper: payloads moved by cp.async.bulk global->shared->global when a
+ * group is 16-byte aligned and the ring is in device memory; v5 otherwise).
  */
 #ifndef PDMA_INGEST_GPU_H
 #define PDMA_INGEST_GPU_H
@@ -15,7 +31,7 @@
 
 #include "deframe.h"
 
-#define PDMA_GPU_API_VERSION 1
+#define PDMA_GPU_API_VERSION 2
 
 struct pdma_gpu_dfr;
 
@@ -24,6 +40,16 @@ struct pdma_gpu_bench {
 	double bytes;         /* bytes moved by one pass (read + written) */
 	double gbps;          /* bytes / seconds / 1e9 */
 };
+
+#define PDMA_GPU_LAUNCH_STREAM 0
+#define PDMA_GPU_LAUNCH_GRAPH 1
+
+/* bench_copy kinds: copies of the deframer's data volume without the
+ * deframer, to locate where its time goes. */
+#define PDMA_GPU_COPY_KERNEL 0   /* grid-stride 16-byte copy kernel, 3 blocks/SM, 8 loads in flight per lane */
+#define PDMA_GPU_COPY_SIMPLE 1   /* one 16-byte unit per thread, full grid */
+#define PDMA_GPU_COPY_SKEL1 2    /* payloads only (no parse, no tags), one contiguous output */
+#define PDMA_GPU_COPY_SKEL4 3    /* payloads only, four output streams like the deframer's */
 
 struct pdma_gpu_ops {
 	uint32_t version;
@@ -63,6 +89,27 @@ struct pdma_gpu_ops {
 	/* The 2014 design: one synchronous host-to-device copy per packet. */
 	int (*copy_one)(struct pdma_gpu_dfr *g, void *dptr, const void *src, size_t bytes);
 	const char *(*last_error)(struct pdma_gpu_dfr *g);
+	/* ---- version 2 ---- */
+	int (*set_launch)(struct pdma_gpu_dfr *g, int mode);
+	int (*get_launch)(struct pdma_gpu_dfr *g);
+	/* -ENOENT unknown name, -ENOTSUP not on this GPU. */
+	int (*set_kernel)(struct pdma_gpu_dfr *g, const char *name);
+	const char *(*kernel_name)(struct pdma_gpu_dfr *g);
+	/* Copy kinds above over the same slots as bench_deframe: r->bytes is the
+	 * deframer's byte count for those slots (so r->gbps compares directly),
+	 * r->seconds the kernel time (CUDA events, median). */
+	int (*bench_copy)(struct pdma_gpu_dfr *g, int kind, const void *dev_slots, uint32_t slot_size,
+			  uint32_t n, int iters, struct pdma_gpu_bench *r);
+	/* Small batches back to back as ingest issues them: `batches` batches of
+	 * `per` slots each walking the registered host ring, through zero-copy
+	 * (staged = 0: run()) or host-staged (staged = 1: run_staged() with one
+	 * chunk per batch), with descriptors, in launch mode `mode`. sync_each:
+	 * wait for each batch and copy its descriptors out (what ingest does);
+	 * else enqueue all and wait once. Host clock; r->seconds = median time
+	 * per batch over reps, r->bytes = slot bytes per batch. */
+	int (*bench_batches)(struct pdma_gpu_dfr *g, const void *host_slots, uint32_t slot_size,
+			     uint32_t per, uint32_t batches, int staged, int mode, int sync_each,
+			     int reps, struct pdma_gpu_bench *r);
 };
 
 typedef int (*pdma_vrt_cuda_api_fn)(struct pdma_gpu_ops *ops, uint32_t version);

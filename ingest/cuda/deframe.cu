@@ -10,6 +10,9 @@
  * warp copies the payloads. The grid is capped at the resident block count,
  * so one launch covers any batch size.
  *
+ * A batch (host-to-device chunk copies, kernels, descriptor copy back) is
+ * launched on streams or replayed as a CUDA graph (gpu.h: launch modes).
+ *
  * Built by nvcc into libpeerdma_vrt_cuda.so (ingest/cuda/CMakeLists.txt) and
  * loaded with dlopen() by ingest/gpu_loader.c only on machines with a GPU.
  */
@@ -18,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <time.h>
 #include <algorithm>
 #include <vector>
 
@@ -26,12 +30,16 @@ extern "C" {
 #include "gpu.h"
 }
 
+struct kvar;
+struct gent;
+
 struct pdma_gpu_dfr {
 	struct pdma_dfr_config c;
 	int device;
 	cudaDeviceProp prop;
 	struct pdma_dfr_tables t;   /* device pointers */
 	struct pdma_dfr_desc *d_desc;
+	struct pdma_dfr_desc *h_desc; /* pinned host copy of the descriptors */
 	size_t desc_cap;            /* descriptors */
 	uint8_t *stage[2];          /* host-staged chunk buffers */
 	size_t stage_cap;
@@ -39,6 +47,15 @@ struct pdma_gpu_dfr {
 	cudaEvent_t ev[2];
 	char err[256];
 	int sms;
+	int launch;                 /* PDMA_GPU_LAUNCH_* */
+	const struct kvar *kv;      /* kernel variant */
+	struct gent *gc;            /* graph cache [GCACHE] */
+	uint64_t gstamp;
+	bool tma_ok;                /* Hopper and the TMA variant's shared memory granted */
+	struct {                    /* registered host ranges and their device aliases */
+		const uint8_t *p, *d;
+		size_t n;
+	} reg[8];
 };
 
 #define CK(g, call)                                                                       \
@@ -132,6 +149,24 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 	return PDMA_DFR_ST_DATA;
 }
 
+/* Loads and stores of the warp copy: default caching, or streaming hints
+ * (ld.global.cs / st.global.cs: evict first) when CS. */
+template <typename U, bool CS> __device__ __forceinline__ U ld_unit(const U *p)
+{
+	if constexpr (CS)
+		return __ldcs(p);
+	else
+		return __ldg(p);
+}
+
+template <typename U, bool CS> __device__ __forceinline__ void st_unit(U *p, U v)
+{
+	if constexpr (CS)
+		__stcs(p, v);
+	else
+		*p = v;
+}
+
 /* The warp copies the payloads of its group of packets as one flattened
  * list of units (16 bytes when every payload of the group and its destination
  * are 16-byte aligned, else 4-byte words): each round every lane loads R units
@@ -140,7 +175,7 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
  * per-packet latency, then sets the pace. Lane j owns packet j: its source
  * offset in its slot (off), byte count (len, 0: nothing to copy) and output
  * offset (dst). */
-template <typename U, int R>
+template <typename U, int R, bool CS>
 __device__ static void dfr_copy_units(const uint8_t *myslot, uint8_t *out, uint32_t lane,
 				      uint32_t off, uint32_t cnt, unsigned long long dst)
 {
@@ -175,7 +210,7 @@ __device__ static void dfr_copy_units(const uint8_t *myslot, uint8_t *out, uint3
 			unsigned long long sp = __shfl_sync(0xffffffffu, srcb, j);
 			jk[q] = (j << 27) | k;
 			if (x < total)
-				r[q] = __ldg((const U *)(uintptr_t)sp + k);
+				r[q] = ld_unit<U, CS>((const U *)(uintptr_t)sp + k);
 		}
 #pragma unroll
 		for (int q = 0; q < R; q++) {
@@ -183,34 +218,192 @@ __device__ static void dfr_copy_units(const uint8_t *myslot, uint8_t *out, uint3
 			uint32_t jj = jk[q] >> 27, k = jk[q] & ((1u << 27) - 1);
 			unsigned long long dp = __shfl_sync(0xffffffffu, dst, jj);
 			if (x < total)
-				((U *)(out + dp))[k] = r[q];
+				st_unit<U, CS>((U *)(out + dp) + k, r[q]);
 		}
 	}
 }
 
+template <int R, bool CS>
 __device__ static void dfr_copy_group(const uint8_t *myslot, uint8_t *out, uint32_t lane,
 				      uint32_t off, uint32_t len, unsigned long long dst)
 {
 	bool aligned = ((((uintptr_t)(myslot + off) | (uintptr_t)(out + dst) | len) & 15) == 0);
 	if (__all_sync(0xffffffffu, len == 0 || aligned))
-		dfr_copy_units<uint4, 8>(myslot, out, lane, off, len / 16, dst);
+		dfr_copy_units<uint4, R, CS>(myslot, out, lane, off, len / 16, dst);
 	else
-		dfr_copy_units<uint32_t, 8>(myslot, out, lane, off, len / 4, dst);
+		dfr_copy_units<uint32_t, R, CS>(myslot, out, lane, off, len / 4, dst);
 }
+
+/* ---- Hopper bulk copies (TMA): cp.async.bulk global -> shared -> global ----
+ * Lane 0 of each warp moves the group's payloads in pieces of up to TMA_PIECE
+ * bytes through TMA_STAGES shared-memory buffers: a bulk load completes on the
+ * stage's mbarrier, then a bulk store writes the stage out; TMA_STAGES loads
+ * are in flight per warp. Only when every payload and destination of the
+ * group is 16-byte aligned with a length multiple of 16 (cp.async.bulk's
+ * rule); otherwise the group takes the register copy above. */
+#define TMA_STAGES 4
+#define TMA_PIECE 2048u
+#define TMA_SMEM (8u * TMA_STAGES * TMA_PIECE) /* 8 warps per block */
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+		     : "memory");
+}
+
+/* Bounded wait: a lost completion traps (a launch error) instead of hanging. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+	uint32_t done;
+	for (uint32_t spin = 0;; spin++) {
+		asm volatile("{\n\t.reg .pred p;\n\t"
+			     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+			     "selp.b32 %0, 1, 0, p;\n\t}"
+			     : "=r"(done)
+			     : "r"(bar), "r"(parity)
+			     : "memory");
+		if (done)
+			return;
+		if (spin > (1u << 24))
+			__trap();
+	}
+}
+
+__device__ __forceinline__ void bulk_g2s(uint32_t sdst, unsigned long long gsrc, uint32_t bytes,
+					 uint32_t bar)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+		     ::"r"(sdst), "l"(gsrc), "r"(bytes), "r"(bar)
+		     : "memory");
+}
+
+__device__ __forceinline__ void bulk_s2g(unsigned long long gdst, uint32_t ssrc, uint32_t bytes)
+{
+	asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst),
+		     "r"(ssrc), "r"(bytes)
+		     : "memory");
+	asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+__device__ __forceinline__ void bulk_wait_read()
+{
+	asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+__device__ __forceinline__ void bulk_wait_all()
+{
+	asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+/* Returns false (nothing done) when the group is not aligned for bulk copies.
+ * tc counts this warp's pieces since the kernel began: piece t uses stage
+ * t % TMA_STAGES and completes phase (t / TMA_STAGES) of its mbarrier. */
+__device__ static bool dfr_copy_tma(const uint8_t *myslot, uint8_t *out, uint32_t lane, uint32_t off,
+				    uint32_t len, unsigned long long dst, uint32_t sbuf, uint32_t bar0,
+				    uint32_t &tc)
+{
+	const unsigned long long src = (unsigned long long)(uintptr_t)(myslot + off);
+	const unsigned long long dstp = (unsigned long long)(uintptr_t)(out + dst);
+	bool aligned = ((src | dstp | len) & 15) == 0;
+	if (!__all_sync(0xffffffffu, len == 0 || aligned))
+		return false;
+	const uint32_t mask = __ballot_sync(0xffffffffu, len != 0);
+	if (!mask)
+		return true;
+	/* Cursors (packet j, byte offset o) for the loads and for the stores;
+	 * warp-uniform, every lane runs the loop (shuffles), lane 0 issues. */
+	uint32_t jl = __ffs(mask) - 1, ol = 0, js = jl, os = 0, tl = tc, ts = tc;
+	auto adv = [&](uint32_t &j, uint32_t &o) {
+		uint32_t lj = __shfl_sync(0xffffffffu, len, j);
+		o += TMA_PIECE;
+		if (o >= lj) {
+			uint32_t rest = mask & ~((2u << j) - 1u); /* j = 31: (2u << 31) = 0, rest 0 */
+			o = 0;
+			j = rest ? (uint32_t)__ffs(rest) - 1 : 32;
+		}
+	};
+	auto load = [&](uint32_t j, uint32_t o, uint32_t t) {
+		uint32_t lj = __shfl_sync(0xffffffffu, len, j);
+		unsigned long long s = __shfl_sync(0xffffffffu, src, j);
+		if (lane == 0) {
+			uint32_t st = t % TMA_STAGES, bytes = min(TMA_PIECE, lj - o);
+			mbar_expect(bar0 + 8 * st, bytes);
+			bulk_g2s(sbuf + st * TMA_PIECE, s + o, bytes, bar0 + 8 * st);
+		}
+	};
+	auto store = [&](uint32_t j, uint32_t o, uint32_t t) {
+		uint32_t lj = __shfl_sync(0xffffffffu, len, j);
+		unsigned long long d = __shfl_sync(0xffffffffu, dstp, j);
+		if (lane == 0) {
+			uint32_t st = t % TMA_STAGES, bytes = min(TMA_PIECE, lj - o);
+			mbar_wait(bar0 + 8 * st, (t / TMA_STAGES) & 1);
+			asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+			bulk_s2g(d + o, sbuf + st * TMA_PIECE, bytes);
+		}
+	};
+	for (int k = 0; k < TMA_STAGES && jl < 32; k++) {
+		load(jl, ol, tl++);
+		adv(jl, ol);
+	}
+	while (ts < tl) {
+		store(js, os, ts++);
+		adv(js, os);
+		if (jl < 32) {
+			/* The stage just stored from is the next load's: wait until
+			 * the bulk store has read it. */
+			if (lane == 0)
+				bulk_wait_read();
+			load(jl, ol, tl++);
+			adv(jl, ol);
+		}
+	}
+	if (lane == 0)
+		bulk_wait_read();
+	tc = tl;
+	__syncwarp();
+	return true;
+}
+#endif
 
 /* A warp takes `group` (<= 32) packets at a time. Each lane runs the header
  * stage of one of them (so the serial, branchy parse costs 1/32 of the issue
  * slots it would cost with one warp per packet), then the whole warp copies
- * the group's payloads (dfr_copy_group). */
-__global__ void __launch_bounds__(256, 3) dfr_kernel(struct pdma_dfr_config c, struct pdma_dfr_tables t,
-						     const uint8_t *__restrict__ slots, uint32_t slot_size,
-						     uint32_t n, uint32_t group, struct pdma_dfr_desc *desc)
+ * the group's payloads (dfr_copy_group, or bulk copies when TMA). */
+template <int MINB, int R, bool CS, bool TMA>
+__global__ void __launch_bounds__(256, MINB)
+	dfr_kernel(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
+		   uint32_t slot_size, uint32_t n, uint32_t group, struct pdma_dfr_desc *desc)
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
 	const uint32_t lane = threadIdx.x & 31;
 	const uint32_t warps = (gridDim.x * blockDim.x) >> 5;
 	const uint32_t ncache = c.max_streams < DFR_CACHE ? c.max_streams : DFR_CACHE;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	extern __shared__ __align__(128) uint8_t dsm[];
+	__shared__ __align__(8) unsigned long long s_bar[8 * TMA_STAGES];
+	uint32_t tc = 0, sbuf = 0, bar0 = 0;
+	if constexpr (TMA) {
+		const uint32_t wi = threadIdx.x >> 5;
+		sbuf = smem_u32(dsm + wi * TMA_STAGES * TMA_PIECE);
+		bar0 = smem_u32(&s_bar[wi * TMA_STAGES]);
+		if (lane == 0)
+			for (int k = 0; k < TMA_STAGES; k++)
+				mbar_init(bar0 + 8 * k);
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+	}
+#endif
 
 	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
 		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
@@ -235,31 +428,178 @@ __global__ void __launch_bounds__(256, 3) dfr_kernel(struct pdma_dfr_config c, s
 			if (desc)
 				desc[i] = d;
 		}
-		dfr_copy_group(myslot, t.out, lane, off, len, dst);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+		if constexpr (TMA) {
+			if (dfr_copy_tma(myslot, t.out, lane, off, len, dst, sbuf, bar0, tc))
+				continue;
+		}
+#endif
+		dfr_copy_group<R, CS>(myslot, t.out, lane, off, len, dst);
+	}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	if constexpr (TMA) {
+		if (lane == 0)
+			bulk_wait_all();
+	}
+#endif
+}
+
+/* ---- copies for the measurements (bench_copy) ---- */
+
+/* Grid-stride copy with the deframer's occupancy (3 blocks of 256 per SM) and
+ * bytes in flight (8 loads of 16 bytes per lane before the stores). */
+__global__ void __launch_bounds__(256, 3) copy_kernel(const uint4 *__restrict__ a, uint4 *__restrict__ b,
+						      size_t n16)
+{
+	const size_t nth = (size_t)gridDim.x * blockDim.x, tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	for (size_t base = 0; base < n16; base += nth * 8) {
+		uint4 r[8];
+#pragma unroll
+		for (int q = 0; q < 8; q++) {
+			size_t i = base + q * nth + tid;
+			if (i < n16)
+				r[q] = __ldg(a + i);
+		}
+#pragma unroll
+		for (int q = 0; q < 8; q++) {
+			size_t i = base + q * nth + tid;
+			if (i < n16)
+				b[i] = r[q];
+		}
 	}
 }
 
-static int launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
-		  struct pdma_dfr_desc *d_desc, cudaStream_t s)
+/* One 16-byte unit per thread over a full grid. */
+__global__ void copy_simple(const uint4 *__restrict__ a, uint4 *__restrict__ b, size_t n16)
 {
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n16)
+		b[i] = a[i];
+}
+
+/* The deframer without the deframing: the same grid, packet-to-lane mapping
+ * and flattened copy of the same payloads, with source offset, length and
+ * destination known in advance (no parse, no stream table, no tags). Packet i
+ * goes to stream i % nstreams, position i / nstreams (the generator's
+ * round-robin order). */
+__global__ void __launch_bounds__(256, 3)
+	skel_kernel(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t group,
+		    uint8_t *out, uint32_t poff, uint32_t plen, uint32_t nstreams, unsigned long long region)
+{
+	const uint32_t lane = threadIdx.x & 31;
+	const uint32_t warps = (gridDim.x * blockDim.x) >> 5;
+	const uint32_t w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	for (uint64_t it0 = 0; it0 < n; it0 += (uint64_t)warps * group) {
+		uint64_t i = it0 + (uint64_t)lane * warps + w;
+		uint32_t off = 0, len = 0;
+		unsigned long long dst = 0;
+		const uint8_t *myslot = slots + (size_t)(i < n ? i : 0) * slot_size;
+		if (lane < group && i < n) {
+			off = poff;
+			len = plen;
+			dst = (i % nstreams) * region + (i / nstreams) * plen;
+		}
+		dfr_copy_group<8, false>(myslot, out, lane, off, len, dst);
+	}
+}
+
+/* ---- kernel variants ---- */
+
+struct kvar {
+	const char *name;
+	const void *fn;
+	int minb;       /* resident blocks of 256 per SM */
+	uint32_t smem;  /* dynamic shared memory */
+	bool tma;
+};
+
+static const struct kvar KV[] = {
+	{ "v5", (const void *)dfr_kernel<3, 8, false, false>, 3, 0, false },
+	{ "v5cs", (const void *)dfr_kernel<3, 8, true, false>, 3, 0, false },
+	{ "v5b4", (const void *)dfr_kernel<4, 4, false, false>, 4, 0, false },
+	{ "tma", (const void *)dfr_kernel<3, 8, false, true>, 3, TMA_SMEM, true },
+};
+#define NKV (sizeof(KV) / sizeof(KV[0]))
+
+/* Launch shape for n packets: packets per warp as many as 32 (the header
+ * stage is then shared by a full warp), but few enough that every resident
+ * warp gets work in balanced waves: a small batch (a 1 MiB host-staged chunk)
+ * or a batch of few large packets still spreads over the whole GPU. */
+static void kshape(const struct pdma_gpu_dfr *g, uint32_t n, int minb, uint32_t *blocks, uint32_t *group)
+{
+	uint32_t resident = (uint32_t)g->sms * minb * 8; /* blocks of 8 warps */
+	uint32_t waves = (uint32_t)((n + 32ull * resident - 1) / (32ull * resident));
+	uint32_t gr = (uint32_t)((n + (uint64_t)waves * resident - 1) / ((uint64_t)waves * resident));
+	if (gr < 1)
+		gr = 1;
+	uint32_t warps_needed = (n + gr - 1) / gr;
+	uint32_t b = (warps_needed + 7) / 8;
+	if (b > (uint32_t)g->sms * minb)
+		b = (uint32_t)g->sms * minb;
+	*blocks = b ? b : 1;
+	*group = gr;
+}
+
+/* One deframe kernel launch, as stream launch or graph kernel node. */
+struct kplan {
+	const struct kvar *kv;
+	uint32_t blocks;
+	struct pdma_dfr_config c;
+	struct pdma_dfr_tables t;
+	const uint8_t *slots;
+	uint32_t slot_size, n, group;
+	struct pdma_dfr_desc *desc;
+	void *p[7];
+};
+
+/* on_device: the slots are device memory (TMA may read them); mapped host
+ * memory always takes a register-copy variant. */
+static void make_kplan(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
+		       struct pdma_dfr_desc *d_desc, bool on_device, struct kplan *k)
+{
+	k->kv = (g->kv->tma && !(on_device && g->tma_ok)) ? &KV[0] : g->kv;
+	kshape(g, n, k->kv->minb, &k->blocks, &k->group);
+	k->c = g->c;
+	k->t = g->t;
+	k->slots = (const uint8_t *)slots;
+	k->slot_size = slot_size;
+	k->n = n;
+	k->desc = d_desc;
+	k->p[0] = &k->c;
+	k->p[1] = &k->t;
+	k->p[2] = &k->slots;
+	k->p[3] = &k->slot_size;
+	k->p[4] = &k->n;
+	k->p[5] = &k->group;
+	k->p[6] = &k->desc;
+}
+
+static cudaKernelNodeParams knode(struct kplan *k)
+{
+	cudaKernelNodeParams p;
+	memset(&p, 0, sizeof(p));
+	p.func = (void *)k->kv->fn;
+	p.gridDim = dim3(k->blocks);
+	p.blockDim = dim3(256);
+	p.sharedMemBytes = k->kv->smem;
+	p.kernelParams = k->p;
+	return p;
+}
+
+static int klaunch(struct pdma_gpu_dfr *g, struct kplan *k, cudaStream_t s)
+{
+	CK(g, cudaLaunchKernel(k->kv->fn, dim3(k->blocks), dim3(256), k->p, k->kv->smem, s));
+	return 0;
+}
+
+static int launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
+		  struct pdma_dfr_desc *d_desc, bool on_device, cudaStream_t s)
+{
+	struct kplan k;
 	if (!n)
 		return 0;
-	/* Packets per warp: as many as 32 (the header stage is then shared by
-	 * a full warp), but few enough that every resident warp gets work in
-	 * balanced waves: a small batch (a 1 MiB host-staged chunk) or a batch
-	 * of few large packets still spreads over the whole GPU. */
-	uint32_t resident = (uint32_t)g->sms * 3 * 8; /* 3 blocks of 8 warps per SM */
-	uint32_t waves = (uint32_t)((n + 32ull * resident - 1) / (32ull * resident));
-	uint32_t group = (uint32_t)((n + (uint64_t)waves * resident - 1) / ((uint64_t)waves * resident));
-	if (group < 1)
-		group = 1;
-	uint32_t warps_needed = (n + group - 1) / group;
-	uint32_t blocks = (warps_needed + 7) / 8;
-	if (blocks > (uint32_t)g->sms * 3)
-		blocks = (uint32_t)g->sms * 3;
-	dfr_kernel<<<blocks, 256, 0, s>>>(g->c, g->t, (const uint8_t *)slots, slot_size, n, group, d_desc);
-	CK(g, cudaGetLastError());
-	return 0;
+	make_kplan(g, slots, slot_size, n, d_desc, on_device, &k);
+	return klaunch(g, &k, s);
 }
 
 static int ensure_desc(struct pdma_gpu_dfr *g, size_t n)
@@ -268,10 +608,267 @@ static int ensure_desc(struct pdma_gpu_dfr *g, size_t n)
 		return 0;
 	if (g->d_desc)
 		cudaFree(g->d_desc);
+	if (g->h_desc)
+		cudaFreeHost(g->h_desc);
 	g->d_desc = NULL;
+	g->h_desc = NULL;
 	g->desc_cap = 0;
 	CK(g, cudaMalloc(&g->d_desc, n * sizeof(struct pdma_dfr_desc)));
+	CK(g, cudaHostAlloc(&g->h_desc, n * sizeof(struct pdma_dfr_desc), cudaHostAllocDefault));
 	g->desc_cap = n;
+	return 0;
+}
+
+/* ---- CUDA graphs: one executable graph per batch shape ----
+ * Shape: kind (run: one kernel; staged: chunk copies and kernels), number of
+ * chunks, descriptor copy or not, kernel function. Built and instantiated on
+ * first use; afterwards each launch only updates its nodes' parameters
+ * (addresses, counts, grid size) and replays it with cudaGraphLaunch. */
+#define GMAXC 32 /* chunks per staged graph; longer batches take several launches */
+#define GCACHE 8
+
+struct gent {
+	cudaGraphExec_t exec; /* NULL: free entry */
+	int kind;             /* 0 run, 1 staged */
+	uint32_t nch;
+	bool desc;
+	const void *fn;
+	uint64_t stamp;
+	cudaGraphNode_t cp[GMAXC], kn[GMAXC], dn;
+};
+
+/* One batch for the graph path: nch chunks (kind 1: copy host -> stage, then
+ * kernel; kind 0: kernel only), then optionally the descriptors back. */
+struct bplan {
+	int kind;
+	uint32_t nch;
+	const void *hsrc[GMAXC];
+	void *stage[GMAXC];
+	size_t bytes[GMAXC];
+	struct kplan k[GMAXC];
+	bool desc;
+	void *hdesc;
+	const void *ddesc;
+	size_t dbytes;
+};
+
+static void graph_flush(struct pdma_gpu_dfr *g)
+{
+	for (int i = 0; g->gc && i < GCACHE; i++)
+		if (g->gc[i].exec) {
+			cudaGraphExecDestroy(g->gc[i].exec);
+			g->gc[i].exec = NULL;
+		}
+}
+
+#define GCK(call)                                                                         \
+	do {                                                                              \
+		cudaError_t e_ = (call);                                                  \
+		if (e_ != cudaSuccess) {                                                  \
+			snprintf(g->err, sizeof(g->err), "graph: %s: %s", #call,          \
+				 cudaGetErrorString(e_));                                 \
+			goto fail;                                                        \
+		}                                                                         \
+	} while (0)
+
+/* Launches plan b as a graph on s[0]. Returns 0, or 1 when the graph path
+ * failed before anything was launched (the caller then uses streams). */
+static int graph_launch(struct pdma_gpu_dfr *g, struct bplan *b)
+{
+	const void *fn = b->k[0].kv->fn;
+	struct gent *e = NULL, *victim = &g->gc[0];
+	cudaGraph_t gr = NULL;
+	for (uint32_t k = 1; k < b->nch; k++)
+		if (b->k[k].kv->fn != fn)
+			return 1;
+	for (int i = 0; i < GCACHE; i++) {
+		struct gent *x = &g->gc[i];
+		if (x->exec && x->kind == b->kind && x->nch == b->nch && x->desc == b->desc && x->fn == fn) {
+			e = x;
+			break;
+		}
+		if (!x->exec || (victim->exec && x->stamp < victim->stamp))
+			victim = x;
+	}
+	if (e) {
+		for (uint32_t k = 0; k < b->nch; k++) {
+			if (b->kind == 1)
+				GCK(cudaGraphExecMemcpyNodeSetParams1D(e->exec, e->cp[k], b->stage[k], b->hsrc[k],
+								       b->bytes[k], cudaMemcpyHostToDevice));
+			cudaKernelNodeParams p = knode(&b->k[k]);
+			GCK(cudaGraphExecKernelNodeSetParams(e->exec, e->kn[k], &p));
+		}
+		if (b->desc)
+			GCK(cudaGraphExecMemcpyNodeSetParams1D(e->exec, e->dn, b->hdesc, b->ddesc, b->dbytes,
+							       cudaMemcpyDeviceToHost));
+	} else {
+		e = victim;
+		if (e->exec) {
+			cudaGraphExecDestroy(e->exec);
+			e->exec = NULL;
+		}
+		GCK(cudaGraphCreate(&gr, 0));
+		for (uint32_t k = 0; k < b->nch; k++) {
+			cudaGraphNode_t dep[2];
+			size_t nd = 0;
+			if (b->kind == 1) {
+				/* Stage k & 1 is free once kernel k - 2 is done. */
+				if (k >= 2)
+					dep[nd++] = e->kn[k - 2];
+				GCK(cudaGraphAddMemcpyNode1D(&e->cp[k], gr, dep, nd, b->stage[k], b->hsrc[k],
+							     b->bytes[k], cudaMemcpyHostToDevice));
+				nd = 0;
+				dep[nd++] = e->cp[k];
+			}
+			cudaKernelNodeParams p = knode(&b->k[k]);
+			GCK(cudaGraphAddKernelNode(&e->kn[k], gr, dep, nd, &p));
+		}
+		if (b->desc) {
+			/* Kernel k waited for kernel k - 2: the last two cover all. */
+			cudaGraphNode_t dep[2] = { e->kn[b->nch - 1], b->nch >= 2 ? e->kn[b->nch - 2] : NULL };
+			GCK(cudaGraphAddMemcpyNode1D(&e->dn, gr, dep, b->nch >= 2 ? 2 : 1, b->hdesc, b->ddesc,
+						     b->dbytes, cudaMemcpyDeviceToHost));
+		}
+		GCK(cudaGraphInstantiate(&e->exec, gr, 0));
+		cudaGraphDestroy(gr);
+		gr = NULL;
+		e->kind = b->kind;
+		e->nch = b->nch;
+		e->desc = b->desc;
+		e->fn = fn;
+	}
+	e->stamp = ++g->gstamp;
+	GCK(cudaGraphLaunch(e->exec, g->s[0]));
+	return 0;
+fail:
+	if (gr)
+		cudaGraphDestroy(gr);
+	cudaGetLastError();
+	graph_flush(g);
+	fprintf(stderr, "gpu deframer: %s; using stream launch from now on\n", g->err);
+	g->launch = PDMA_GPU_LAUNCH_STREAM;
+	return 1;
+}
+#undef GCK
+
+/* Enqueue the deframing of n slots the GPU can address (descriptors to
+ * h_desc + doff when want_desc). */
+static int enqueue_run(struct pdma_gpu_dfr *g, const void *dp, bool on_device, uint32_t slot_size,
+		       uint32_t n, bool want_desc, size_t doff)
+{
+	if (!n)
+		return 0;
+	if (g->launch == PDMA_GPU_LAUNCH_GRAPH) {
+		struct bplan b;
+		b.kind = 0;
+		b.nch = 1;
+		make_kplan(g, dp, slot_size, n, want_desc ? g->d_desc + doff : NULL, on_device, &b.k[0]);
+		b.desc = want_desc;
+		b.hdesc = g->h_desc + doff;
+		b.ddesc = g->d_desc + doff;
+		b.dbytes = (size_t)n * sizeof(struct pdma_dfr_desc);
+		if (graph_launch(g, &b) == 0)
+			return 0;
+		CK(g, cudaStreamSynchronize(g->s[0]));
+	}
+	int ret = launch(g, dp, slot_size, n, want_desc ? g->d_desc + doff : NULL, on_device, g->s[0]);
+	if (ret)
+		return ret;
+	if (want_desc)
+		CK(g, cudaMemcpyAsync(g->h_desc + doff, g->d_desc + doff, (size_t)n * sizeof(struct pdma_dfr_desc),
+				      cudaMemcpyDeviceToHost, g->s[0]));
+	return 0;
+}
+
+static int sync_all(struct pdma_gpu_dfr *g)
+{
+	CK(g, cudaStreamSynchronize(g->s[0]));
+	CK(g, cudaStreamSynchronize(g->s[1]));
+	return 0;
+}
+static int ensure_stage(struct pdma_gpu_dfr *g, size_t bytes)
+{
+	if (bytes <= g->stage_cap)
+		return 0;
+	for (int i = 0; i < 2; i++) {
+		cudaFree(g->stage[i]);
+		g->stage[i] = NULL;
+	}
+	g->stage_cap = 0;
+	for (int i = 0; i < 2; i++)
+		CK(g, cudaMalloc(&g->stage[i], bytes));
+	g->stage_cap = bytes;
+	return 0;
+}
+
+/* Host-staged: registered host slots copied in chunks (a whole number of
+ * slots each) to two device stage buffers and deframed there; chunk k uses
+ * stage k % 2, so the copy of one chunk overlaps the kernel of the previous.
+ * Stream launch: chunk k on stream k % 2. Graph launch: up to GMAXC chunks
+ * per graph with the same dependencies (copy k after kernel k - 2, kernel k
+ * after copy k), one launch on s[0]. The kernels of different chunks only
+ * touch the tables through atomics whose result does not depend on order
+ * (newer wins). Descriptors of slot i go to h_desc[doff + i]. */
+static int enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t n,
+			  size_t chunk, bool want_desc, size_t doff)
+{
+	uint32_t per = (uint32_t)(chunk / slot_size), start = 0;
+	int ret;
+	if (per == 0)
+		per = 1;
+	if ((ret = ensure_stage(g, (size_t)per * slot_size)))
+		return ret;
+	if (g->launch == PDMA_GPU_LAUNCH_GRAPH) {
+		struct bplan b;
+		uint32_t first = 0;
+		while (first < n) {
+			uint32_t sub = first;
+			b.kind = 1;
+			b.nch = 0;
+			for (uint32_t k = 0; k < GMAXC && first < n; k++) {
+				uint32_t cnt = n - first < per ? n - first : per;
+				b.hsrc[k] = (const uint8_t *)host + (size_t)first * slot_size;
+				b.stage[k] = g->stage[k & 1];
+				b.bytes[k] = (size_t)cnt * slot_size;
+				make_kplan(g, g->stage[k & 1], slot_size, cnt,
+					   want_desc ? g->d_desc + doff + first : NULL, true, &b.k[k]);
+				b.nch++;
+				first += cnt;
+			}
+			b.desc = want_desc;
+			b.hdesc = g->h_desc + doff + sub;
+			b.ddesc = g->d_desc + doff + sub;
+			b.dbytes = (size_t)(first - sub) * sizeof(struct pdma_dfr_desc);
+			if (graph_launch(g, &b)) {
+				/* Nothing of this part was launched: streams from here. */
+				CK(g, cudaStreamSynchronize(g->s[0]));
+				start = sub;
+				break;
+			}
+		}
+		if (g->launch == PDMA_GPU_LAUNCH_GRAPH)
+			return 0;
+	}
+	uint32_t k = 0;
+	for (uint32_t first = start; first < n; first += per, k++) {
+		uint32_t cnt = n - first < per ? n - first : per;
+		cudaStream_t s = g->s[k & 1];
+		CK(g, cudaMemcpyAsync(g->stage[k & 1], (const uint8_t *)host + (size_t)first * slot_size,
+				      (size_t)cnt * slot_size, cudaMemcpyHostToDevice, s));
+		ret = launch(g, g->stage[k & 1], slot_size, cnt, want_desc ? g->d_desc + doff + first : NULL,
+			     true, s);
+		if (ret)
+			return ret;
+	}
+	if (want_desc && n > start) {
+		if (k >= 2) {
+			CK(g, cudaEventRecord(g->ev[1], g->s[1]));
+			CK(g, cudaStreamWaitEvent(g->s[0], g->ev[1], 0));
+		}
+		CK(g, cudaMemcpyAsync(g->h_desc + doff + start, g->d_desc + doff + start,
+				      (size_t)(n - start) * sizeof(struct pdma_dfr_desc), cudaMemcpyDeviceToHost,
+				      g->s[0]));
+	}
 	return 0;
 }
 
@@ -286,15 +883,25 @@ static int g_reset(struct pdma_gpu_dfr *g)
 	return 0;
 }
 
+static int reset_tags(struct pdma_gpu_dfr *g, cudaStream_t s)
+{
+	CK(g, cudaMemsetAsync(g->t.tags, 0, (size_t)g->c.max_streams * g->c.out_pkts * 8, s));
+	return 0;
+}
+
 static void g_close(struct pdma_gpu_dfr *g)
 {
 	if (!g)
 		return;
+	graph_flush(g);
+	free(g->gc);
 	cudaFree(g->t.keys);
 	cudaFree(g->t.plen);
 	cudaFree(g->t.tags);
 	cudaFree(g->t.out);
 	cudaFree(g->d_desc);
+	if (g->h_desc)
+		cudaFreeHost(g->h_desc);
 	for (int i = 0; i < 2; i++) {
 		cudaFree(g->stage[i]);
 		if (g->s[i])
@@ -305,14 +912,47 @@ static void g_close(struct pdma_gpu_dfr *g)
 	free(g);
 }
 
+static int g_set_kernel(struct pdma_gpu_dfr *g, const char *name)
+{
+	for (size_t i = 0; i < NKV; i++)
+		if (!strcmp(KV[i].name, name)) {
+			if (KV[i].tma && !g->tma_ok)
+				return -ENOTSUP;
+			g->kv = &KV[i];
+			return 0;
+		}
+	return -ENOENT;
+}
+
+static const char *g_kernel_name(struct pdma_gpu_dfr *g)
+{
+	return g->kv->name;
+}
+
+static int g_set_launch(struct pdma_gpu_dfr *g, int mode)
+{
+	if (mode != PDMA_GPU_LAUNCH_STREAM && mode != PDMA_GPU_LAUNCH_GRAPH)
+		return -EINVAL;
+	g->launch = mode;
+	return 0;
+}
+
+static int g_get_launch(struct pdma_gpu_dfr *g)
+{
+	return g->launch;
+}
+
 static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_dfr **out)
 {
 	struct pdma_gpu_dfr *g = (struct pdma_gpu_dfr *)calloc(1, sizeof(*g));
+	const char *env;
 	int ret;
 	if (!g)
 		return -ENOMEM;
 	g->c = *c;
 	g->device = device;
+	g->kv = &KV[0];
+	g->launch = PDMA_GPU_LAUNCH_GRAPH;
 	size_t ns = c->max_streams, tags = ns * c->out_pkts;
 #define OPEN_CK(call)                                                  \
 	do {                                                           \
@@ -324,17 +964,39 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 			goto err;                                      \
 		}                                                      \
 	} while (0)
+	g->gc = (struct gent *)calloc(GCACHE, sizeof(struct gent));
+	if (!g->gc) {
+		ret = -ENOMEM;
+		goto err;
+	}
 	OPEN_CK(cudaSetDevice(device));
 	OPEN_CK(cudaGetDeviceProperties(&g->prop, device));
 	g->sms = g->prop.multiProcessorCount;
+	if (g->prop.major >= 9) {
+		const void *fn = KV[NKV - 1].fn;
+		g->tma_ok = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, TMA_SMEM) ==
+				    cudaSuccess &&
+			    cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+						 cudaSharedmemCarveoutMaxShared) == cudaSuccess;
+		cudaGetLastError();
+	}
 	OPEN_CK(cudaMalloc(&g->t.keys, ns * sizeof(uint64_t)));
 	OPEN_CK(cudaMalloc(&g->t.plen, ns * sizeof(uint32_t)));
 	OPEN_CK(cudaMalloc(&g->t.tags, tags * sizeof(uint64_t)));
 	OPEN_CK(cudaMalloc(&g->t.out, tags * c->max_payload));
 	for (int i = 0; i < 2; i++) {
 		OPEN_CK(cudaStreamCreateWithFlags(&g->s[i], cudaStreamNonBlocking));
-		OPEN_CK(cudaEventCreate(&g->ev[i]));
+		OPEN_CK(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
 	}
+	if ((env = getenv("PEERDMA_GPU_LAUNCH")) && *env) {
+		if (!strcmp(env, "stream"))
+			g->launch = PDMA_GPU_LAUNCH_STREAM;
+		else if (strcmp(env, "graph"))
+			fprintf(stderr, "gpu deframer: PEERDMA_GPU_LAUNCH=%s: not stream or graph, ignored\n", env);
+	}
+	if ((env = getenv("PEERDMA_DFR_KERNEL")) && *env && g_set_kernel(g, env))
+		fprintf(stderr, "gpu deframer: PEERDMA_DFR_KERNEL=%s: unknown or not on this GPU, using %s\n",
+			env, g->kv->name);
 	ret = g_reset(g);
 	if (ret)
 		goto err;
@@ -370,28 +1032,51 @@ static int g_upload(struct pdma_gpu_dfr *g, void *d, const void *s, size_t n)
 
 static int g_host_register(struct pdma_gpu_dfr *g, void *p, size_t n)
 {
+	void *d;
 	CK(g, cudaHostRegister(p, n, cudaHostRegisterMapped | cudaHostRegisterPortable));
+	/* Remembered so that each batch's device address costs no driver call. */
+	if (cudaHostGetDevicePointer(&d, p, 0) == cudaSuccess) {
+		for (auto &r : g->reg)
+			if (!r.p) {
+				r.p = (const uint8_t *)p;
+				r.d = (const uint8_t *)d;
+				r.n = n;
+				break;
+			}
+	}
+	cudaGetLastError();
 	return 0;
 }
 
 static int g_host_unregister(struct pdma_gpu_dfr *g, void *p)
 {
+	for (auto &r : g->reg)
+		if (r.p == p)
+			r.p = NULL;
 	CK(g, cudaHostUnregister(p));
 	return 0;
 }
 
 /* Device address of a pointer: itself for device memory, the mapped alias for
  * registered host memory. */
-static int dev_ptr(struct pdma_gpu_dfr *g, const void *p, const void **dp)
+static int dev_ptr(struct pdma_gpu_dfr *g, const void *p, const void **dp, bool *on_device)
 {
 	cudaPointerAttributes a;
+	for (auto &r : g->reg)
+		if (r.p && (const uint8_t *)p >= r.p && (const uint8_t *)p < r.p + r.n) {
+			*dp = r.d + ((const uint8_t *)p - r.p);
+			*on_device = false;
+			return 0;
+		}
 	CK(g, cudaPointerGetAttributes(&a, p));
 	if (a.type == cudaMemoryTypeHost) {
 		void *d;
 		CK(g, cudaHostGetDevicePointer(&d, (void *)p, 0));
 		*dp = d;
+		*on_device = false;
 	} else if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) {
 		*dp = p;
+		*on_device = a.type == cudaMemoryTypeDevice;
 	} else {
 		snprintf(g->err, sizeof(g->err), "slots are not device or registered host memory");
 		return -EFAULT;
@@ -403,75 +1088,33 @@ static int g_run(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, 
 		 struct pdma_dfr_desc *desc)
 {
 	const void *dp;
-	int ret = dev_ptr(g, slots, &dp);
+	bool on_device;
+	int ret = dev_ptr(g, slots, &dp, &on_device);
 	if (ret)
 		return ret;
 	if (desc && (ret = ensure_desc(g, n)))
 		return ret;
-	ret = launch(g, dp, slot_size, n, desc ? g->d_desc : NULL, g->s[0]);
-	if (ret)
+	if ((ret = enqueue_run(g, dp, on_device, slot_size, n, desc != NULL, 0)))
 		return ret;
+	CK(g, cudaStreamSynchronize(g->s[0]));
 	if (desc)
-		CK(g, cudaMemcpyAsync(desc, g->d_desc, (size_t)n * sizeof(*desc),
-				      cudaMemcpyDeviceToHost, g->s[0]));
-	CK(g, cudaStreamSynchronize(g->s[0]));
-	return 0;
-}
-
-static int ensure_stage(struct pdma_gpu_dfr *g, size_t bytes)
-{
-	if (bytes <= g->stage_cap)
-		return 0;
-	for (int i = 0; i < 2; i++) {
-		cudaFree(g->stage[i]);
-		g->stage[i] = NULL;
-	}
-	g->stage_cap = 0;
-	for (int i = 0; i < 2; i++)
-		CK(g, cudaMalloc(&g->stage[i], bytes));
-	g->stage_cap = bytes;
-	return 0;
-}
-
-/* Host-staged: chunk k is copied on stream k % 2 and deframed there after
- * its copy; the other stream's copy overlaps this kernel. Slots are never
- * split: a chunk is a whole number of slots. Chunks of one stream run in order,
- * and the two streams' kernels only touch the tables through atomics whose
- * result does not depend on order (newer wins). */
-static int staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t n,
-		  size_t chunk, struct pdma_dfr_desc *desc, bool want_desc)
-{
-	uint32_t per = (uint32_t)(chunk / slot_size);
-	int ret;
-	if (per == 0)
-		per = 1;
-	if ((ret = ensure_stage(g, (size_t)per * slot_size)))
-		return ret;
-	if (want_desc && (ret = ensure_desc(g, n)))
-		return ret;
-	for (uint32_t first = 0, k = 0; first < n; first += per, k++) {
-		uint32_t cnt = n - first < per ? n - first : per;
-		cudaStream_t s = g->s[k & 1];
-		CK(g, cudaMemcpyAsync(g->stage[k & 1], (const uint8_t *)host + (size_t)first * slot_size,
-				      (size_t)cnt * slot_size, cudaMemcpyHostToDevice, s));
-		ret = launch(g, g->stage[k & 1], slot_size, cnt, want_desc ? g->d_desc + first : NULL, s);
-		if (ret)
-			return ret;
-	}
-	if (want_desc) {
-		CK(g, cudaStreamSynchronize(g->s[1]));
-		CK(g, cudaMemcpyAsync(desc, g->d_desc, (size_t)n * sizeof(*desc),
-				      cudaMemcpyDeviceToHost, g->s[0]));
-	}
-	CK(g, cudaStreamSynchronize(g->s[0]));
-	CK(g, cudaStreamSynchronize(g->s[1]));
+		memcpy(desc, g->h_desc, (size_t)n * sizeof(*desc));
 	return 0;
 }
 
 static int g_run_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t n,
 			size_t chunk, struct pdma_dfr_desc *desc)
 {
-	return staged(g, host, slot_size, n, chunk, desc, desc != NULL);
+	int ret;
+	if (desc && (ret = ensure_desc(g, n)))
+		return ret;
+	if ((ret = enqueue_staged(g, host, slot_size, n, chunk, desc != NULL, 0)))
+		return ret;
+	if ((ret = sync_all(g)))
+		return ret;
+	if (desc)
+		memcpy(desc, g->h_desc, (size_t)n * sizeof(*desc));
+	return 0;
 }
 
 static int g_read_tables(struct pdma_gpu_dfr *g, struct pdma_dfr_tables *t)
@@ -486,22 +1129,30 @@ static int g_read_tables(struct pdma_gpu_dfr *g, struct pdma_dfr_tables *t)
 
 /* ---- measurements ---- */
 
-template <typename F> static int timed(struct pdma_gpu_dfr *g, int iters, F body, double *med)
+/* Median of iters timings (CUDA events on s[0]) of body(), after two
+ * warm-ups; pre() runs before each start event (not timed). */
+template <typename P, typename F>
+static int timed(struct pdma_gpu_dfr *g, int iters, P pre, F body, double *med)
 {
 	cudaEvent_t a, b;
 	std::vector<float> ms;
 	CK(g, cudaEventCreate(&a));
 	CK(g, cudaEventCreate(&b));
 	for (int w = 0; w < 2; w++) { /* warm-up */
-		int r = body();
+		int r = pre();
+		if (!r)
+			r = body();
 		if (r)
 			return r;
 	}
 	CK(g, cudaDeviceSynchronize());
 	for (int i = 0; i < iters; i++) {
 		float t;
+		int r = pre();
+		if (r)
+			return r;
 		CK(g, cudaEventRecord(a, g->s[0]));
-		int r = body();
+		r = body();
 		if (r)
 			return r;
 		CK(g, cudaEventRecord(b, g->s[0]));
@@ -516,6 +1167,11 @@ template <typename F> static int timed(struct pdma_gpu_dfr *g, int iters, F body
 	return 0;
 }
 
+static int nothing()
+{
+	return 0;
+}
+
 static void fill(struct pdma_gpu_bench *r, double sec, double bytes)
 {
 	r->seconds = sec;
@@ -523,9 +1179,11 @@ static void fill(struct pdma_gpu_bench *r, double sec, double bytes)
 	r->gbps = bytes / sec / 1e9;
 }
 
-/* Bytes a deframe pass must move: each packet read once, each payload
- * written once (the header stage's table traffic is not counted: it is the
- * deframer's overhead). Computed on the host from the slots. */
+/* Bytes a deframe pass must move: each packet (datagram) read once, each
+ * placed payload written once. Not counted: the slot header and the slot's
+ * padding (read in the same DRAM sectors as the datagram's first and last
+ * bytes), the tag atomic (8 bytes) per packet and the stream-table reads: the
+ * deframer's overhead. Computed on the host from the slots. */
 static double deframe_bytes(const uint8_t *host_slots, uint32_t slot_size, uint32_t n,
 			    const struct pdma_dfr_config *c)
 {
@@ -548,13 +1206,70 @@ static int g_bench_deframe(struct pdma_gpu_dfr *g, const void *dev_slots, uint32
 	double sec;
 	CK(g, cudaMemcpy(h.data(), dev_slots, h.size(), cudaMemcpyDeviceToHost));
 	double bytes = deframe_bytes(h.data(), slot_size, n, &g->c);
-	int ret = timed(g, iters, [&]() {
-		/* Every pass starts from empty tags, or "newer wins" would skip
-		 * the payload copies after the first pass. The reset (a memset of
-		 * the tags) is inside the timed region: it is small (8 bytes per
-		 * output position) and is counted against the deframer. */
-		cudaMemsetAsync(g->t.tags, 0, (size_t)g->c.max_streams * g->c.out_pkts * 8, g->s[0]);
-		return launch(g, dev_slots, slot_size, n, NULL, g->s[0]);
+	/* Every pass starts from empty tags, or "newer wins" would skip the
+	 * payload copies after the first pass. The reset (a memset of the tags,
+	 * a benchmark artefact: ingest never resets them) runs before the start
+	 * event, so the time is the kernel's alone, as the copy's is. */
+	int ret = timed(g, iters, [&]() { return reset_tags(g, g->s[0]); },
+			[&]() { return launch(g, dev_slots, slot_size, n, NULL, true, g->s[0]); }, &sec);
+	if (ret)
+		return ret;
+	fill(r, sec, bytes);
+	return 0;
+}
+
+static int g_bench_copy(struct pdma_gpu_dfr *g, int kind, const void *dev_slots, uint32_t slot_size,
+			uint32_t n, int iters, struct pdma_gpu_bench *r)
+{
+	std::vector<uint8_t> h((size_t)slot_size * n);
+	double sec;
+	int ret;
+	CK(g, cudaMemcpy(h.data(), dev_slots, h.size(), cudaMemcpyDeviceToHost));
+	double bytes = deframe_bytes(h.data(), slot_size, n, &g->c);
+	if (kind == PDMA_GPU_COPY_KERNEL || kind == PDMA_GPU_COPY_SIMPLE) {
+		size_t n16 = (size_t)(bytes / 2) / 16;
+		uint4 *a, *b;
+		CK(g, cudaMalloc(&a, n16 * 16));
+		CK(g, cudaMalloc(&b, n16 * 16));
+		CK(g, cudaMemset(a, 0x5a, n16 * 16));
+		ret = timed(g, iters, nothing, [&]() {
+			if (kind == PDMA_GPU_COPY_KERNEL)
+				copy_kernel<<<g->sms * 3, 256, 0, g->s[0]>>>(a, b, n16);
+			else
+				copy_simple<<<(unsigned)((n16 + 255) / 256), 256, 0, g->s[0]>>>(a, b, n16);
+			CK(g, cudaGetLastError());
+			return 0;
+		}, &sec);
+		cudaFree(a);
+		cudaFree(b);
+		if (ret)
+			return ret;
+		fill(r, sec, 32.0 * (double)n16);
+		return 0;
+	}
+	if (kind != PDMA_GPU_COPY_SKEL1 && kind != PDMA_GPU_COPY_SKEL4)
+		return -EINVAL;
+	struct pdma_dfr_desc d;
+	struct pdma_dfr_pkt p;
+	if (pdma_dfr_header(&g->c, h.data(), slot_size, &d, &p) != PDMA_DFR_ST_DATA) {
+		snprintf(g->err, sizeof(g->err), "bench_copy: slot 0 is not a data packet");
+		return -EINVAL;
+	}
+	uint32_t ns = kind == PDMA_GPU_COPY_SKEL1 ? 1 : (g->c.max_streams < 4 ? g->c.max_streams : 4);
+	unsigned long long region = kind == PDMA_GPU_COPY_SKEL1
+					    ? (unsigned long long)g->c.max_streams * g->c.out_pkts * g->c.max_payload
+					    : (unsigned long long)g->c.out_pkts * g->c.max_payload;
+	if ((unsigned long long)(n / ns + 1) * p.payload_len > region) {
+		snprintf(g->err, sizeof(g->err), "bench_copy: output tables too small");
+		return -EINVAL;
+	}
+	uint32_t blocks, group;
+	kshape(g, n, 3, &blocks, &group);
+	ret = timed(g, iters, nothing, [&]() {
+		skel_kernel<<<blocks, 256, 0, g->s[0]>>>((const uint8_t *)dev_slots, slot_size, n, group, g->t.out,
+							 PDMA_SLOT_HDR + p.payload_off, p.payload_len, ns, region);
+		CK(g, cudaGetLastError());
+		return 0;
 	}, &sec);
 	if (ret)
 		return ret;
@@ -569,7 +1284,7 @@ static int g_bench_d2d(struct pdma_gpu_dfr *g, size_t bytes, int iters, struct p
 	CK(g, cudaMalloc(&a, bytes));
 	CK(g, cudaMalloc(&b, bytes));
 	CK(g, cudaMemset(a, 0x5a, bytes));
-	int ret = timed(g, iters, [&]() {
+	int ret = timed(g, iters, nothing, [&]() {
 		CK(g, cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, g->s[0]));
 		return 0;
 	}, &sec);
@@ -587,7 +1302,7 @@ static int g_bench_h2d(struct pdma_gpu_dfr *g, const void *host, size_t bytes, s
 	void *d;
 	double sec;
 	CK(g, cudaMalloc(&d, bytes));
-	int ret = timed(g, iters, [&]() {
+	int ret = timed(g, iters, nothing, [&]() {
 		for (size_t o = 0; o < bytes; o += chunk)
 			CK(g, cudaMemcpyAsync((uint8_t *)d + o, (const uint8_t *)host + o,
 					      std::min(chunk, bytes - o), cudaMemcpyHostToDevice, g->s[0]));
@@ -600,29 +1315,28 @@ static int g_bench_h2d(struct pdma_gpu_dfr *g, const void *host, size_t bytes, s
 	return 0;
 }
 
+/* A host-staged pass timed with CUDA events: start on s[0], s[1] waits for
+ * it, the pass is enqueued (stream or graph launch: g->launch), the end event
+ * on s[0] waits for s[1]'s last work. Median of iters. */
 static int g_bench_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t n,
 			  size_t chunk, int iters, struct pdma_gpu_bench *r)
 {
 	double sec;
-	/* Timed on the host clock around a synchronous pass: the pass spans two
-	 * streams, and the host clock includes everything. */
-	int ret = staged(g, host, slot_size, n, chunk, NULL, false); /* warm-up */
+	int ret = timed(g, iters, [&]() { return reset_tags(g, g->s[0]); }, [&]() {
+		cudaEvent_t a;
+		CK(g, cudaEventCreateWithFlags(&a, cudaEventDisableTiming));
+		CK(g, cudaEventRecord(a, g->s[0]));
+		CK(g, cudaStreamWaitEvent(g->s[1], a, 0));
+		cudaEventDestroy(a);
+		int e = enqueue_staged(g, host, slot_size, n, chunk, false, 0);
+		if (e)
+			return e;
+		CK(g, cudaEventRecord(g->ev[1], g->s[1]));
+		CK(g, cudaStreamWaitEvent(g->s[0], g->ev[1], 0));
+		return 0;
+	}, &sec);
 	if (ret)
 		return ret;
-	std::vector<double> t;
-	for (int i = 0; i < iters; i++) {
-		struct timespec a, b;
-		cudaMemsetAsync(g->t.tags, 0, (size_t)g->c.max_streams * g->c.out_pkts * 8, g->s[0]);
-		CK(g, cudaStreamSynchronize(g->s[0]));
-		clock_gettime(CLOCK_MONOTONIC, &a);
-		ret = staged(g, host, slot_size, n, chunk, NULL, false);
-		clock_gettime(CLOCK_MONOTONIC, &b);
-		if (ret)
-			return ret;
-		t.push_back((double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9);
-	}
-	std::sort(t.begin(), t.end());
-	sec = t[t.size() / 2];
 	fill(r, sec, (double)slot_size * n); /* bytes through the copy engine */
 	return 0;
 }
@@ -631,20 +1345,73 @@ static int g_bench_mapped(struct pdma_gpu_dfr *g, const void *host, uint32_t slo
 			  int iters, struct pdma_gpu_bench *r)
 {
 	const void *dp;
+	bool on_device;
 	double sec;
-	int ret = dev_ptr(g, host, &dp);
+	int ret = dev_ptr(g, host, &dp, &on_device);
 	if (ret)
 		return ret;
 	double bytes = 0;
 	for (uint32_t i = 0; i < n; i++)
 		bytes += ((const struct pdma_slot_hdr *)((const uint8_t *)host + (size_t)i * slot_size))->len;
-	ret = timed(g, iters, [&]() {
-		cudaMemsetAsync(g->t.tags, 0, (size_t)g->c.max_streams * g->c.out_pkts * 8, g->s[0]);
-		return launch(g, dp, slot_size, n, NULL, g->s[0]);
-	}, &sec);
+	ret = timed(g, iters, [&]() { return reset_tags(g, g->s[0]); },
+		    [&]() { return launch(g, dp, slot_size, n, NULL, on_device, g->s[0]); }, &sec);
 	if (ret)
 		return ret;
 	fill(r, sec, bytes); /* packet bytes read over PCIe */
+	return 0;
+}
+
+static double now_s()
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int g_bench_batches(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t per,
+			   uint32_t batches, int staged_path, int mode, int sync_each, int reps,
+			   struct pdma_gpu_bench *r)
+{
+	const void *dp;
+	bool on_device;
+	int old = g->launch, ret;
+	std::vector<struct pdma_dfr_desc> hd(per);
+	std::vector<double> t;
+	if (!per || !batches || reps < 1)
+		return -EINVAL;
+	if ((ret = dev_ptr(g, host, &dp, &on_device)) || (ret = ensure_desc(g, (size_t)per * batches)) ||
+	    (ret = g_set_launch(g, mode)))
+		return ret;
+	for (int rep = -1; rep < reps && !ret; rep++) { /* rep -1: warm-up (builds the graphs) */
+		if ((ret = reset_tags(g, g->s[0])) || (ret = sync_all(g)))
+			break;
+		double t0 = now_s();
+		for (uint32_t b = 0; b < batches && !ret; b++) {
+			size_t o = (size_t)b * per * slot_size;
+			if (sync_each)
+				ret = staged_path ? g_run_staged(g, (const uint8_t *)host + o, slot_size, per,
+								 (size_t)per * slot_size, hd.data())
+						  : g_run(g, (const uint8_t *)host + o, slot_size, per, hd.data());
+			else
+				ret = staged_path ? enqueue_staged(g, (const uint8_t *)host + o, slot_size, per,
+								   (size_t)per * slot_size, true, (size_t)b * per)
+						  : enqueue_run(g, (const uint8_t *)dp + o, on_device, slot_size, per,
+								true, (size_t)b * per);
+		}
+		if (!ret && !sync_each)
+			ret = sync_all(g);
+		double t1 = now_s();
+		if (rep >= 0)
+			t.push_back((t1 - t0) / batches);
+	}
+	bool fell_back = mode == PDMA_GPU_LAUNCH_GRAPH && g->launch != PDMA_GPU_LAUNCH_GRAPH;
+	g->launch = fell_back ? PDMA_GPU_LAUNCH_STREAM : old;
+	if (ret)
+		return ret;
+	if (fell_back)
+		return -EIO; /* last_error() says why: not a graph measurement */
+	std::sort(t.begin(), t.end());
+	fill(r, t[t.size() / 2], (double)per * slot_size);
 	return 0;
 }
 
@@ -684,5 +1451,11 @@ extern "C" __attribute__((visibility("default"))) int pdma_vrt_cuda_api(struct p
 	ops->bench_mapped = g_bench_mapped;
 	ops->copy_one = g_copy_one;
 	ops->last_error = g_last_error;
+	ops->set_launch = g_set_launch;
+	ops->get_launch = g_get_launch;
+	ops->set_kernel = g_set_kernel;
+	ops->kernel_name = g_kernel_name;
+	ops->bench_copy = g_bench_copy;
+	ops->bench_batches = g_bench_batches;
 	return 0;
 }

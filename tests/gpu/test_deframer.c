@@ -3,7 +3,11 @@
  * buffers, tags (gap flags), stream table and per-packet descriptors, hence
  * the same accounting, for the three GPU receive paths: ring in GPU memory
  * ("direct"), zero-copy (mapped pinned host ring) and host-staged (copy
- * engine chunks). Exits 77 without a CUDA device. */
+ * engine chunks); with stream launch and with CUDA graph launch (whole rings
+ * and small batches of varying size, so graphs are built, replayed with new
+ * parameters and evicted); and for every kernel variant the GPU supports, on
+ * a ring whose payloads all allow 16-byte (and bulk TMA) copies as well as on
+ * one whose payloads do not. Exits 77 without a CUDA device. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,23 +24,35 @@
 
 #define SLOT 2048u
 
+/* One ring and its CPU reference. */
+struct ringref {
+	const char *name;
+	struct pdma_ring ring;
+	uint32_t n;
+	uint32_t streams;
+	struct pdma_dfr cpu;
+	struct pdma_dfr_desc *cpu_desc;
+	void *dev; /* device copy ("direct") */
+};
+
 struct fixture {
 	struct pdma_gpu_ops ops;
 	void *dl;
 	struct pdma_gpu_dfr *g;
 	struct pdma_dfr_config cfg;
-	struct pdma_ring ring;
-	uint32_t n;
-	struct pdma_dfr cpu;
-	struct pdma_dfr_desc *cpu_desc, *gpu_desc;
+	struct ringref mixed, aligned;
+	struct pdma_dfr_desc *gpu_desc;
 	struct pdma_dfr_tables host; /* GPU tables copied back */
 };
 
 static struct fixture F;
 
 /* Interleave two generators (different packet sizes, loss, dup, reorder),
- * then break a few packets in place so malformed handling is compared too. */
-static void fill_ring(void)
+ * then break a few packets in place so malformed handling is compared too.
+ * mixed: the second generator's payloads (260 bytes, no trailer) are not a
+ * multiple of 16, so groups with them take the 4-byte copy; aligned: 1024-
+ * and 256-byte payloads only (16-byte and TMA copies). */
+static void fill_ring(struct ringref *R, bool aligned)
 {
 	struct pdma_gen_config a, b;
 	struct pdma_gen *ga, *gb;
@@ -55,18 +71,19 @@ static void fill_ring(void)
 	b = a;
 	b.streams = 3;
 	b.stream_id_base = 0x2000;
-	b.packet_size = 288;
+	b.packet_size = aligned ? 284 : 288;
 	b.trailer = false;
-	b.seed = 5;
+	b.seed = aligned ? 9 : 5;
+	R->streams = 7;
 	assert_int_equal(pdma_gen_open(&a, &ga), 0);
 	assert_int_equal(pdma_gen_open(&b, &gb), 0);
-	assert_int_equal(pdma_ring_init(&F.ring, 32768, SLOT), 0);
+	assert_int_equal(pdma_ring_init(&R->ring, 32768, SLOT), 0);
 	bool done[2] = { false, false };
 	for (int turn = 0; !(done[0] && done[1]); turn++) {
 		int w = turn % 2;
 		if (done[w])
 			continue;
-		uint8_t *s = pdma_ring_slot(&F.ring, i);
+		uint8_t *s = pdma_ring_slot(&R->ring, i);
 		struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)s;
 		len = pdma_gen_next(w ? gb : ga, s + PDMA_SLOT_HDR, SLOT - PDMA_SLOT_HDR, &si);
 		assert_true(len >= 0);
@@ -78,11 +95,11 @@ static void fill_ring(void)
 		h->flags = 0;
 		h->rx_seq = i;
 		i++;
-		assert_true(i < F.ring.nslots);
+		assert_true(i < R->ring.nslots);
 	}
-	F.n = (uint32_t)i;
+	R->n = (uint32_t)i;
 	for (uint64_t k = 100; k < i; k += 997) {
-		uint8_t *s = pdma_ring_slot(&F.ring, k);
+		uint8_t *s = pdma_ring_slot(&R->ring, k);
 		switch ((k / 997) % 4) {
 		case 0: s[PDMA_SLOT_HDR] = 0x9c; break;                        /* reserved type */
 		case 1: ((struct pdma_slot_hdr *)s)->len -= 4; break;          /* truncated */
@@ -92,6 +109,46 @@ static void fill_ring(void)
 	}
 	pdma_gen_close(ga);
 	pdma_gen_close(gb);
+}
+
+static int ring_setup(struct ringref *R, const char *name, bool aligned)
+{
+	R->name = name;
+	fill_ring(R, aligned);
+	/* CPU reference: descriptors and tables. */
+	assert_int_equal(pdma_dfr_init(&R->cpu, &F.cfg), 0);
+	R->cpu_desc = calloc(R->n, sizeof(*R->cpu_desc));
+	assert_non_null(R->cpu_desc);
+	for (uint32_t i = 0; i < R->n; i++) {
+		uint32_t len = pdma_dfr_cpu_slot(&R->cpu.cfg, &R->cpu.t, pdma_ring_slot(&R->ring, i),
+						 R->ring.slot_size, &R->cpu_desc[i]);
+		pdma_acct_add(&R->cpu.acct, &R->cpu_desc[i], len);
+	}
+	printf("%s ring: %u packets\n", name, R->n);
+	/* Pinned and mapped once: zero-copy reads it, host-staged copies it. */
+	if (F.ops.host_register(F.g, R->ring.base, R->ring.bytes)) {
+		fprintf(stderr, "host_register: %s\n", F.ops.last_error(F.g));
+		return -1;
+	}
+	/* Stand-in for a device writing into a ring in GPU memory. */
+	if (F.ops.dev_alloc(F.g, R->ring.bytes, &R->dev) ||
+	    F.ops.upload(F.g, R->dev, R->ring.base, R->ring.bytes)) {
+		fprintf(stderr, "device ring: %s\n", F.ops.last_error(F.g));
+		return -1;
+	}
+	return 0;
+}
+
+static void ring_teardown(struct ringref *R)
+{
+	if (F.g && R->ring.base) {
+		F.ops.host_unregister(F.g, R->ring.base);
+		if (R->dev)
+			F.ops.dev_free(F.g, R->dev);
+	}
+	pdma_dfr_fini(&R->cpu);
+	pdma_ring_fini(&R->ring);
+	free(R->cpu_desc);
 }
 
 static int setup(void **state)
@@ -114,42 +171,27 @@ static int setup(void **state)
 		fprintf(stderr, "gpu open failed\n");
 		return -1;
 	}
-	printf("GPU: %s\n", F.ops.device_name(F.g));
-	fill_ring();
-	/* CPU reference: descriptors and tables. */
-	assert_int_equal(pdma_dfr_init(&F.cpu, &F.cfg), 0);
-	F.cpu_desc = calloc(F.n, sizeof(*F.cpu_desc));
-	F.gpu_desc = calloc(F.n, sizeof(*F.gpu_desc));
-	for (uint32_t i = 0; i < F.n; i++) {
-		uint32_t len = pdma_dfr_cpu_slot(&F.cpu.cfg, &F.cpu.t, pdma_ring_slot(&F.ring, i),
-						  F.ring.slot_size, &F.cpu_desc[i]);
-		pdma_acct_add(&F.cpu.acct, &F.cpu_desc[i], len);
-	}
+	printf("GPU: %s, kernel %s, %s launch\n", F.ops.device_name(F.g), F.ops.kernel_name(F.g),
+	       F.ops.get_launch(F.g) == PDMA_GPU_LAUNCH_GRAPH ? "graph" : "stream");
 	size_t ns = F.cfg.max_streams, tags = ns * F.cfg.out_pkts;
 	F.host.keys = calloc(ns, 8);
 	F.host.plen = calloc(ns, 4);
 	F.host.tags = calloc(tags, 8);
 	F.host.out = malloc(tags * F.cfg.max_payload);
-	printf("%u packets in the ring\n", F.n);
-	/* Pinned and mapped once: zero-copy reads it, host-staged copies it. */
-	if (F.ops.host_register(F.g, F.ring.base, F.ring.bytes)) {
-		fprintf(stderr, "host_register: %s\n", F.ops.last_error(F.g));
+	F.gpu_desc = calloc(32768, sizeof(*F.gpu_desc));
+	if (ring_setup(&F.mixed, "mixed", false) || ring_setup(&F.aligned, "aligned", true))
 		return -1;
-	}
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	if (F.g) {
-		F.ops.host_unregister(F.g, F.ring.base);
+	ring_teardown(&F.mixed);
+	ring_teardown(&F.aligned);
+	if (F.g)
 		F.ops.close(F.g);
-	}
 	pdma_gpu_unload(F.dl);
-	pdma_dfr_fini(&F.cpu);
-	pdma_ring_fini(&F.ring);
-	free(F.cpu_desc);
 	free(F.gpu_desc);
 	free(F.host.keys);
 	free(F.host.plen);
@@ -160,36 +202,37 @@ static int teardown(void **state)
 
 /* Compare the GPU result (F.host, F.gpu_desc) with the CPU one. Stream table
  * indices may differ (GPU claims entries concurrently): map by stream ID. */
-static void compare(const char *what)
+static void compare(struct ringref *R, const char *what)
 {
 	uint32_t map[64];
 	size_t row = (size_t)F.cfg.out_pkts * F.cfg.max_payload;
 	uint32_t streams = 0;
+	struct pdma_dfr *cpu = &R->cpu;
 
 	assert_int_equal(F.ops.read_tables(F.g, &F.host), 0);
 	for (uint32_t j = 0; j < F.cfg.max_streams; j++)
 		map[j] = UINT32_MAX;
-	for (uint32_t k = 0; k < F.cfg.max_streams && F.cpu.t.keys[k]; k++) {
+	for (uint32_t k = 0; k < F.cfg.max_streams && cpu->t.keys[k]; k++) {
 		uint32_t j;
 		for (j = 0; j < F.cfg.max_streams; j++)
-			if (F.host.keys[j] == F.cpu.t.keys[k])
+			if (F.host.keys[j] == cpu->t.keys[k])
 				break;
 		assert_true(j < F.cfg.max_streams);
 		map[j] = k;
 		streams++;
-		assert_int_equal(F.host.plen[j], F.cpu.t.plen[k]);
+		assert_int_equal(F.host.plen[j], cpu->t.plen[k]);
 		assert_memory_equal(F.host.tags + (size_t)j * F.cfg.out_pkts,
-				    F.cpu.t.tags + (size_t)k * F.cfg.out_pkts, F.cfg.out_pkts * 8);
-		assert_memory_equal(F.host.out + j * row, F.cpu.t.out + k * row, row);
+				    cpu->t.tags + (size_t)k * F.cfg.out_pkts, F.cfg.out_pkts * 8);
+		assert_memory_equal(F.host.out + j * row, cpu->t.out + k * row, row);
 	}
-	assert_int_equal(streams, 7);
+	assert_int_equal(streams, R->streams);
 	/* Descriptors: same verdict per packet (which copy of a duplicate is
 	 * the one written may differ: DATA_OLD and DATA are one verdict). */
 	struct pdma_acct acct;
 	assert_int_equal(pdma_acct_init(&acct, F.cfg.max_streams), 0);
 	uint64_t malformed = 0;
-	for (uint32_t i = 0; i < F.n; i++) {
-		struct pdma_dfr_desc g = F.gpu_desc[i], c = F.cpu_desc[i];
+	for (uint32_t i = 0; i < R->n; i++) {
+		struct pdma_dfr_desc g = F.gpu_desc[i], c = R->cpu_desc[i];
 		int gs = g.status == PDMA_DFR_ST_DATA_OLD ? PDMA_DFR_ST_DATA : g.status;
 		int cs = c.status == PDMA_DFR_ST_DATA_OLD ? PDMA_DFR_ST_DATA : c.status;
 		assert_int_equal(gs, cs);
@@ -200,55 +243,173 @@ static void compare(const char *what)
 			g.stream = (uint16_t)map[g.stream];
 		assert_int_equal(g.stream, c.stream);
 		malformed += g.status < 0;
-		uint32_t len = (gs == PDMA_DFR_ST_DATA) ? F.cpu.t.plen[g.stream] : 0;
+		uint32_t len = (gs == PDMA_DFR_ST_DATA) ? cpu->t.plen[g.stream] : 0;
 		pdma_acct_add(&acct, &g, len);
 	}
 	assert_true(malformed >= 4);
 	for (uint32_t k = 0; k < F.cfg.max_streams; k++) {
 		struct pdma_stream_stats a, b;
-		bool x = pdma_acct_stream(&acct, k, &a), y = pdma_acct_stream(&F.cpu.acct, k, &b);
+		bool x = pdma_acct_stream(&acct, k, &a), y = pdma_acct_stream(&cpu->acct, k, &b);
 		assert_int_equal(x, y);
 		if (x)
 			assert_memory_equal(&a, &b, sizeof(a));
 	}
-	assert_memory_equal(acct.malformed_by_code, F.cpu.acct.malformed_by_code,
+	assert_memory_equal(acct.malformed_by_code, cpu->acct.malformed_by_code,
 			    sizeof(acct.malformed_by_code));
 	pdma_acct_fini(&acct);
-	printf("%s: byte-identical to the CPU deframer (%u streams, %llu malformed)\n", what,
-	       streams, (unsigned long long)malformed);
+	printf("%s, %s ring, kernel %s, %s launch: byte-identical to the CPU deframer (%u streams, "
+	       "%llu malformed)\n", what, R->name, F.ops.kernel_name(F.g),
+	       F.ops.get_launch(F.g) == PDMA_GPU_LAUNCH_GRAPH ? "graph" : "stream", streams,
+	       (unsigned long long)malformed);
 }
+
+static void begin(int mode)
+{
+	assert_int_equal(F.ops.set_launch(F.g, mode), 0);
+	assert_int_equal(F.ops.reset_tables(F.g), 0);
+	memset(F.gpu_desc, 0xee, 32768 * sizeof(*F.gpu_desc));
+}
+
+/* A graph run must not have fallen back to streams. */
+static void end(int mode)
+{
+	assert_int_equal(F.ops.get_launch(F.g), mode);
+}
+
+enum path { DIRECT, ZERO_COPY, STAGED };
+
+/* The ring in batches of sizes from sizes[] (cycled; 0: the rest), each a
+ * separate run (descriptors into place). */
+static void run_batches(struct ringref *R, enum path p, const uint32_t *sizes, size_t nsizes, size_t chunk)
+{
+	uint32_t first = 0;
+	for (size_t k = 0; first < R->n; k++) {
+		uint32_t cnt = sizes[k % nsizes];
+		if (cnt == 0 || cnt > R->n - first)
+			cnt = R->n - first;
+		size_t o = (size_t)first * R->ring.slot_size;
+		int e;
+		switch (p) {
+		case DIRECT:
+			e = F.ops.run(F.g, (uint8_t *)R->dev + o, R->ring.slot_size, cnt, F.gpu_desc + first);
+			break;
+		case ZERO_COPY:
+			e = F.ops.run(F.g, R->ring.base + o, R->ring.slot_size, cnt, F.gpu_desc + first);
+			break;
+		default:
+			e = F.ops.run_staged(F.g, R->ring.base + o, R->ring.slot_size, cnt, chunk,
+					     F.gpu_desc + first);
+			break;
+		}
+		if (e)
+			fprintf(stderr, "%s\n", F.ops.last_error(F.g));
+		assert_int_equal(e, 0);
+		first += cnt;
+	}
+}
+
+static const uint32_t WHOLE[] = { 0 };
 
 static void test_direct(void **state)
 {
-	void *d;
 	(void)state;
-	assert_int_equal(F.ops.reset_tables(F.g), 0);
-	assert_int_equal(F.ops.dev_alloc(F.g, F.ring.bytes, &d), 0);
-	/* Stand-in for the device writing into a ring in GPU memory. */
-	assert_int_equal(F.ops.upload(F.g, d, F.ring.base, F.ring.bytes), 0);
-	memset(F.gpu_desc, 0xee, F.n * sizeof(*F.gpu_desc));
-	assert_int_equal(F.ops.run(F.g, d, F.ring.slot_size, F.n, F.gpu_desc), 0);
-	compare("direct (ring in GPU memory)");
-	assert_int_equal(F.ops.dev_free(F.g, d), 0);
+	begin(PDMA_GPU_LAUNCH_STREAM);
+	run_batches(&F.mixed, DIRECT, WHOLE, 1, 0);
+	compare(&F.mixed, "direct (ring in GPU memory)");
 }
 
 static void test_zero_copy(void **state)
 {
 	(void)state;
-	assert_int_equal(F.ops.reset_tables(F.g), 0);
-	memset(F.gpu_desc, 0xee, F.n * sizeof(*F.gpu_desc));
-	assert_int_equal(F.ops.run(F.g, F.ring.base, F.ring.slot_size, F.n, F.gpu_desc), 0);
-	compare("zero-copy (mapped pinned host ring)");
+	begin(PDMA_GPU_LAUNCH_STREAM);
+	run_batches(&F.mixed, ZERO_COPY, WHOLE, 1, 0);
+	compare(&F.mixed, "zero-copy (mapped pinned host ring)");
 }
 
 static void test_host_staged(void **state)
 {
 	(void)state;
-	assert_int_equal(F.ops.reset_tables(F.g), 0);
-	memset(F.gpu_desc, 0xee, F.n * sizeof(*F.gpu_desc));
-	assert_int_equal(F.ops.run_staged(F.g, F.ring.base, F.ring.slot_size, F.n, 1u << 20,
-					  F.gpu_desc), 0);
-	compare("host-staged (1 MiB copy-engine chunks)");
+	begin(PDMA_GPU_LAUNCH_STREAM);
+	run_batches(&F.mixed, STAGED, WHOLE, 1, 1u << 20);
+	compare(&F.mixed, "host-staged (1 MiB copy-engine chunks)");
+}
+
+static void test_graph_direct(void **state)
+{
+	(void)state;
+	begin(PDMA_GPU_LAUNCH_GRAPH);
+	run_batches(&F.mixed, DIRECT, WHOLE, 1, 0);
+	end(PDMA_GPU_LAUNCH_GRAPH);
+	compare(&F.mixed, "direct, one graph launch");
+}
+
+/* Small and odd batch sizes: graphs replayed with new addresses, counts and
+ * grid sizes. */
+static const uint32_t SMALL[] = { 16, 1, 64, 31, 256, 500, 4096, 16, 2000 };
+
+static void test_graph_zero_copy_batches(void **state)
+{
+	(void)state;
+	begin(PDMA_GPU_LAUNCH_GRAPH);
+	run_batches(&F.mixed, ZERO_COPY, SMALL, sizeof(SMALL) / sizeof(SMALL[0]), 0);
+	end(PDMA_GPU_LAUNCH_GRAPH);
+	compare(&F.mixed, "zero-copy, small batches (1..4096 packets)");
+}
+
+/* 64 KiB chunks (32 slots): batches of 1 to 128 chunks, so staged graphs of
+ * 1..32 chunks, several graph launches per batch, and more shapes than the
+ * graph cache holds. */
+static void test_graph_host_staged_batches(void **state)
+{
+	(void)state;
+	static const uint32_t sizes[] = { 16, 64, 33, 4096, 500, 1, 1000, 95, 2047, 700, 129, 3000, 160 };
+	begin(PDMA_GPU_LAUNCH_GRAPH);
+	run_batches(&F.mixed, STAGED, sizes, sizeof(sizes) / sizeof(sizes[0]), 64u << 10);
+	end(PDMA_GPU_LAUNCH_GRAPH);
+	compare(&F.mixed, "host-staged, 64 KiB chunks, batches of 1..4096 packets");
+}
+
+static void test_graph_host_staged_aligned(void **state)
+{
+	(void)state;
+	begin(PDMA_GPU_LAUNCH_GRAPH);
+	run_batches(&F.aligned, STAGED, WHOLE, 1, 1u << 20);
+	end(PDMA_GPU_LAUNCH_GRAPH);
+	compare(&F.aligned, "host-staged, 1 MiB chunks");
+}
+
+/* Every kernel variant this GPU runs, both rings, direct (TMA applies) and
+ * zero-copy (TMA never reads mapped host memory), graph launch. */
+static void test_variants(void **state)
+{
+	static const char *names[] = { "v5", "v5cs", "v5b4", "tma" };
+	(void)state;
+	char was[16];
+	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
+	for (size_t v = 0; v < sizeof(names) / sizeof(names[0]); v++) {
+		int e = F.ops.set_kernel(F.g, names[v]);
+		if (e == -ENOTSUP) {
+			printf("kernel %s: not on this GPU\n", names[v]);
+			continue;
+		}
+		assert_int_equal(e, 0);
+		struct ringref *rings[2] = { &F.mixed, &F.aligned };
+		for (int r = 0; r < 2; r++) {
+			begin(PDMA_GPU_LAUNCH_GRAPH);
+			run_batches(rings[r], DIRECT, WHOLE, 1, 0);
+			end(PDMA_GPU_LAUNCH_GRAPH);
+			compare(rings[r], "direct");
+			begin(PDMA_GPU_LAUNCH_GRAPH);
+			run_batches(rings[r], DIRECT, SMALL, sizeof(SMALL) / sizeof(SMALL[0]), 0);
+			end(PDMA_GPU_LAUNCH_GRAPH);
+			compare(rings[r], "direct, small batches");
+		}
+		begin(PDMA_GPU_LAUNCH_STREAM);
+		run_batches(&F.aligned, ZERO_COPY, WHOLE, 1, 0);
+		compare(&F.aligned, "zero-copy");
+	}
+	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
+	assert_int_equal(F.ops.set_kernel(F.g, "nonesuch"), -ENOENT);
 }
 
 /* Processing the same packets twice changes nothing (newer wins, stale and
@@ -256,12 +417,14 @@ static void test_host_staged(void **state)
 static void test_idempotent(void **state)
 {
 	(void)state;
-	assert_int_equal(F.ops.reset_tables(F.g), 0);
-	assert_int_equal(F.ops.run(F.g, F.ring.base, F.ring.slot_size, F.n, NULL), 0);
-	assert_int_equal(F.ops.run(F.g, F.ring.base, F.ring.slot_size, F.n, F.gpu_desc), 0);
+	struct ringref *R = &F.mixed;
+	begin(PDMA_GPU_LAUNCH_GRAPH);
+	assert_int_equal(F.ops.run(F.g, R->ring.base, R->ring.slot_size, R->n, NULL), 0);
+	assert_int_equal(F.ops.run(F.g, R->ring.base, R->ring.slot_size, R->n, F.gpu_desc), 0);
+	end(PDMA_GPU_LAUNCH_GRAPH);
 	assert_int_equal(F.ops.read_tables(F.g, &F.host), 0);
 	uint64_t old = 0;
-	for (uint32_t i = 0; i < F.n; i++) {
+	for (uint32_t i = 0; i < R->n; i++) {
 		assert_int_not_equal(F.gpu_desc[i].status, PDMA_DFR_ST_DATA);
 		old += F.gpu_desc[i].status == PDMA_DFR_ST_DATA_OLD;
 	}
@@ -274,6 +437,11 @@ int main(void)
 		cmocka_unit_test(test_direct),
 		cmocka_unit_test(test_zero_copy),
 		cmocka_unit_test(test_host_staged),
+		cmocka_unit_test(test_graph_direct),
+		cmocka_unit_test(test_graph_zero_copy_batches),
+		cmocka_unit_test(test_graph_host_staged_batches),
+		cmocka_unit_test(test_graph_host_staged_aligned),
+		cmocka_unit_test(test_variants),
 		cmocka_unit_test(test_idempotent),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
