@@ -109,13 +109,16 @@ struct pdma_dfr_pkt {
 
 /* The header stage, up to (not including) the stream lookup: validates and
  * computes the packet index. Returns PDMA_DFR_ST_DATA / _CONTEXT or a negative
- * error; fills *d (partially on error) and *r. */
-PDMA_DFR_FN int pdma_dfr_header(const struct pdma_dfr_config *c, const uint8_t *slot,
-				uint32_t slot_size, struct pdma_dfr_desc *d,
-				struct pdma_dfr_pkt *r)
+ * error; fills *d (partially on error) and *r. *vp is the parser's scratch
+ * (the parsed packet): a local variable in pdma_dfr_header(); the GPU passes
+ * a per-thread slot in shared memory, since the parser's context walk indexes
+ * vp->ctx_off[] at run time, which would otherwise put the whole struct in
+ * local memory (a stack frame per thread, written for every packet). */
+PDMA_DFR_FN int pdma_dfr_header_v(const struct pdma_dfr_config *c, const uint8_t *slot,
+				  uint32_t slot_size, struct pdma_dfr_desc *d,
+				  struct pdma_dfr_pkt *r, struct pdma_vrt_packet *vp)
 {
 	const struct pdma_slot_hdr *sh = (const struct pdma_slot_hdr *)slot;
-	struct pdma_vrt_packet v;
 	uint32_t len = sh->len;
 	uint64_t s;
 	int e;
@@ -130,37 +133,45 @@ PDMA_DFR_FN int pdma_dfr_header(const struct pdma_dfr_config *c, const uint8_t *
 		return -PDMA_DFR_E_EMPTY;
 	if (len > slot_size - PDMA_SLOT_HDR)
 		return -PDMA_DFR_E_SLOT_TRUNC;
-	e = pdma_vrt_parse(slot + PDMA_SLOT_HDR, len, PDMA_VRT_EXACT, &v);
-	d->stream_id = v.stream_id;
-	d->count = (uint8_t)(v.count | (v.has_stream_id ? 0x10 : 0));
+	e = pdma_vrt_parse(slot + PDMA_SLOT_HDR, len, PDMA_VRT_EXACT, vp);
+	d->stream_id = vp->stream_id;
+	d->count = (uint8_t)(vp->count | (vp->has_stream_id ? 0x10 : 0));
 	if (e < 0)
 		return e;
-	if (!v.has_stream_id)
+	if (!vp->has_stream_id)
 		return -PDMA_DFR_E_NO_SID;
-	if (!pdma_vrt_is_data(v.type))
+	if (!pdma_vrt_is_data(vp->type))
 		return PDMA_DFR_ST_CONTEXT;
-	if (v.tsf != PDMA_VRT_TSF_SAMPLES)
+	if (vp->tsf != PDMA_VRT_TSF_SAMPLES)
 		return -PDMA_DFR_E_NO_TS;
-	if (v.ts_frac >= c->sample_rate)
+	if (vp->ts_frac >= c->sample_rate)
 		return -PDMA_DFR_E_FRAC_RANGE;
-	if (v.payload_len == 0 || v.payload_len % c->bytes_per_sample)
+	if (vp->payload_len == 0 || vp->payload_len % c->bytes_per_sample)
 		return -PDMA_DFR_E_MISALIGNED;
-	if (v.payload_len > c->max_payload)
+	if (vp->payload_len > c->max_payload)
 		return -PDMA_DFR_E_OVERSIZE;
 	/* Absolute sample count: integer seconds (any TSI epoch) times the rate
 	 * plus samples into the second. Exact for the 4-bit count's blind spot:
 	 * 64 bits of samples never wrap in practice. */
-	s = (uint64_t)v.ts_int * c->sample_rate + v.ts_frac;
+	s = (uint64_t)vp->ts_int * c->sample_rate + vp->ts_frac;
 	{
-		uint32_t spp = v.payload_len / c->bytes_per_sample;
+		uint32_t spp = vp->payload_len / c->bytes_per_sample;
 		if (s % spp)
 			return -PDMA_DFR_E_MISALIGNED;
 		r->pkt = s / spp;
 	}
-	r->payload_off = v.payload_off;
-	r->payload_len = v.payload_len;
+	r->payload_off = vp->payload_off;
+	r->payload_len = vp->payload_len;
 	d->pkt = r->pkt;
 	return PDMA_DFR_ST_DATA;
+}
+
+PDMA_DFR_FN int pdma_dfr_header(const struct pdma_dfr_config *c, const uint8_t *slot,
+				uint32_t slot_size, struct pdma_dfr_desc *d,
+				struct pdma_dfr_pkt *r)
+{
+	struct pdma_vrt_packet v;
+	return pdma_dfr_header_v(c, slot, slot_size, d, r, &v);
 }
 
 /* Host (single-threaded) stream lookup; returns index or -1 when full. */

@@ -14,14 +14,27 @@
  * once and then replayed with cudaGraphLaunch after its nodes' parameters are
  * updated for the batch (PDMA_GPU_LAUNCH_GRAPH, the default; environment
  * PEERDMA_GPU_LAUNCH=stream|graph overrides it at open). Both give identical
- * results. A graph failure switches the handle to stream launch for good
- * (get_launch() then says so, last_error() why).
+ * results. A node update the driver refuses rebuilds that graph; a failure
+ * to build or launch one switches the handle to stream launch for good
+ * (get_launch() then says so, last_error() why). Measured on an H100 (bench
+ * part e): graph replay is within run-to-run noise of stream launch, since a
+ * small batch's cost is GPU-side (kernel + descriptor copy, ~22 us), not the
+ * launch calls.
  *
- * Kernel variants (set_kernel, or PEERDMA_DFR_KERNEL at open): "v5" (default:
- * lane-parallel headers, flattened 16/4-byte warp copy), "v5cs" (the same with
- * streaming cache hints), "v5b4" (4 blocks of 256 per SM, 4 units per lane),
- * "tma" (Hopper: payloads moved by cp.async.bulk global->shared->global when a
- * group is 16-byte aligned and the ring is in device memory; v5 otherwise).
+ * Kernel variants (set_kernel, or PEERDMA_DFR_KERNEL at open), all byte-
+ * identical (tests/gpu/test_deframer.c runs each); bench/ingest/NOTES.md has
+ * their measurements:
+ *   v5     lane-parallel headers, flattened 16/4-byte warp copy (3 blocks of
+ *          256 per SM, 8 units in flight per lane);
+ *   v7s    v5 with the parser's scratch struct in shared memory instead of a
+ *          local-memory stack frame (the default);
+ *   v5cs   v5 with streaming cache hints; v5b4: 4 blocks per SM, 4 units;
+ *   v5na   v5 with payload loads that skip L1; v6: v5na with 16-byte loads for
+ *          16-byte aligned payloads going to 4-byte aligned destinations;
+ *          v6b4: v6 at 4 blocks per SM; v7, v7b4: v6 / v6b4 with v7s's scratch;
+ *   tma    Hopper: payloads moved by cp.async.bulk global->shared->global when
+ *          a group is 16-byte aligned and the ring is in device memory (v5
+ *          otherwise); v6tma: the same with v6 as the fallback.
  */
 #ifndef PDMA_INGEST_GPU_H
 #define PDMA_INGEST_GPU_H

@@ -205,6 +205,10 @@ struct pdma_ingest_config {
 	struct pdma_domain *domain; /* optional: register rings here (required: direct) */
 	struct pdma_sim *sim;       /* direct path: the simulated GPU holding the rings */
 	size_t gpu_chunk;           /* host-staged: bytes per copy (0: 4 MiB, >= 90% of the H100's copy-engine peak) */
+	/* GPU paths: how each batch is launched (ingest/gpu.h): one CUDA graph
+	 * replay per batch (default) or one stream call per operation. */
+	enum pdma_ingest_launch { PDMA_INGEST_LAUNCH_DEFAULT = 0, PDMA_INGEST_LAUNCH_STREAM,
+				     PDMA_INGEST_LAUNCH_GRAPH } gpu_launch;
 };
 
 struct pdma_ingest_totals {

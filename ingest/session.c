@@ -139,6 +139,15 @@ int pdma_ingest_open(const struct pdma_ingest_config *c, struct pdma_ingest **ou
 		ret = ing->gops.open(&c->dfr, 0, &ing->gdfr);
 		if (ret)
 			goto err;
+		/* Default: the module's (graph launch unless PEERDMA_GPU_LAUNCH
+		 * says stream). */
+		if (c->gpu_launch != PDMA_INGEST_LAUNCH_DEFAULT) {
+			ret = ing->gops.set_launch(ing->gdfr, c->gpu_launch == PDMA_INGEST_LAUNCH_GRAPH
+									  ? PDMA_GPU_LAUNCH_GRAPH
+									  : PDMA_GPU_LAUNCH_STREAM);
+			if (ret)
+				goto err;
+		}
 		ing->chunk = c->gpu_chunk ? c->gpu_chunk : (4u << 20);
 		ing->gdesc = calloc(c->ring_slots * 2u, sizeof(*ing->gdesc));
 		if (!ing->gdesc) {
@@ -524,6 +533,13 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 
 	pdma_ingest_totals(ing, &t);
 	json_object_set_new(o, "path", json_string(path_name(ing->c.path)));
+	if (ing->gdfr) {
+		/* Effective after the run: a failed graph falls back to streams. */
+		json_object_set_new(o, "gpu_launch",
+				    json_string(ing->gops.get_launch(ing->gdfr) == PDMA_GPU_LAUNCH_GRAPH ? "graph"
+												: "stream"));
+		json_object_set_new(o, "gpu_kernel", json_string(ing->gops.kernel_name(ing->gdfr)));
+	}
 	json_object_set_new(o, "port", json_integer(ing->port));
 	json_object_set_new(o, "threads", json_integer(ing->nrx));
 	json_object_set_new(o, "seconds", json_real(seconds));

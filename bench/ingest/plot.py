@@ -76,4 +76,26 @@ set xtics rotate by -30
 set grid ytics
 plot '{f}' using 2:xtic(1) notitle
 """)
+e = [r for r in d.get("e_small_batches", []) if isinstance(r, dict)]
+if e:
+    f = os.path.join(tmp, "e.dat")
+    with open(f, "w") as fh:
+        for r in e:
+            fh.write('"%s %d" %f %f %f %f\n' % (r["path"], r["packets_per_batch"], r["sync_stream_us"],
+                                             r["sync_graph_us"], r["pipelined_stream_us"],
+                                             r["pipelined_graph_us"]))
+    run(f"""set terminal pngcairo size 900,560 noenhanced
+set output '{out}/ingest-small-batches.png'
+set title 'Small batches of 1500-byte packets back to back: stream vs CUDA graph launch, {gpu}'
+set style data histograms
+set style fill solid 0.8 border -1
+set ylabel 'microseconds per batch'
+set yrange [0:*]
+set xtics rotate by -30
+set key below horizontal
+set grid ytics
+plot '{f}' using 2:xtic(1) title 'stream, wait each', '' using 3 title 'graph, wait each', \\
+     '' using 4 title 'stream, pipelined', '' using 5 title 'graph, pipelined'
+""")
+
 print("plots written to", out)

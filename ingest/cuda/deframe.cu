@@ -12,6 +12,8 @@
  *
  * A batch (host-to-device chunk copies, kernels, descriptor copy back) is
  * launched on streams or replayed as a CUDA graph (gpu.h: launch modes).
+ * Kernel variants (gpu.h) are template instances of one kernel; the default
+ * (v7s) keeps the parser's per-packet scratch in shared memory.
  *
  * Built by nvcc into libpeerdma_vrt_cuda.so (ingest/cuda/CMakeLists.txt) and
  * loaded with dlopen() by ingest/gpu_loader.c only on machines with a GPU.
@@ -51,6 +53,7 @@ struct pdma_gpu_dfr {
 	const struct kvar *kv;      /* kernel variant */
 	struct gent *gc;            /* graph cache [GCACHE] */
 	uint64_t gstamp;
+	uint64_t grebuilds;         /* graph shapes instantiated again after a refused update */
 	bool tma_ok;                /* Hopper and the TMA variant's shared memory granted */
 	struct {                    /* registered host ranges and their device aliases */
 		const uint8_t *p, *d;
@@ -95,13 +98,26 @@ __device__ static int dfr_lookup(const struct pdma_dfr_config *c, unsigned long 
  * (shared-memory copy of the table first; global compare-and-swap only when a
  * stream is first seen), check the payload size, and claim the output
  * position with the tag atomic (newer wins). */
+/* Per-thread parser scratch in shared memory (SV variants), padded so that
+ * the 32 lanes' copies of a field spread over the banks (38-word stride:
+ * 2-way conflicts at most). */
+struct vrt_scratch {
+	struct pdma_vrt_packet v;
+	uint32_t pad;
+};
+
+template <bool SV>
 __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
 			       unsigned long long *s_keys, uint32_t *s_plen, uint32_t ncache,
 			       const uint8_t *slot, uint32_t slot_size, struct pdma_dfr_desc &d,
-			       uint32_t &off, uint32_t &len, unsigned long long &dst)
+			       uint32_t &off, uint32_t &len, unsigned long long &dst, struct vrt_scratch *sv)
 {
 	struct pdma_dfr_pkt r;
-	int st = pdma_dfr_header(&c, slot, slot_size, &d, &r);
+	int st;
+	if constexpr (SV)
+		st = pdma_dfr_header_v(&c, slot, slot_size, &d, &r, &sv->v);
+	else
+		st = pdma_dfr_header(&c, slot, slot_size, &d, &r);
 	if (st < 0)
 		return st;
 	unsigned long long want = (1ull << 32) | d.stream_id;
@@ -149,14 +165,32 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 	return PDMA_DFR_ST_DATA;
 }
 
-/* Loads and stores of the warp copy: default caching, or streaming hints
- * (ld.global.cs / st.global.cs: evict first) when CS. */
-template <typename U, bool CS> __device__ __forceinline__ U ld_unit(const U *p)
+/* Loads and stores of the warp copy: default caching, streaming hints
+ * (ld.global.cs / st.global.cs: evict first) when CS, or loads that do not
+ * allocate in L1 when NA (the payload streams through once; L1 then keeps
+ * the header stage's lines and the parser's local-memory frame, which
+ * otherwise are evicted, written back and re-read through L2 and DRAM). */
+template <typename U, bool CS, bool NA> __device__ __forceinline__ U ld_unit(const U *p)
 {
-	if constexpr (CS)
+	if constexpr (NA && sizeof(U) == 16) {
+		uint4 v;
+		asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+		    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+		    : "l"(p));
+		U u;
+		memcpy(&u, &v, 16);
+		return u;
+	} else if constexpr (NA && sizeof(U) == 4) {
+		uint32_t v;
+		asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+		U u;
+		memcpy(&u, &v, 4);
+		return u;
+	} else if constexpr (CS) {
 		return __ldcs(p);
-	else
+	} else {
 		return __ldg(p);
+	}
 }
 
 template <typename U, bool CS> __device__ __forceinline__ void st_unit(U *p, U v)
@@ -167,6 +201,28 @@ template <typename U, bool CS> __device__ __forceinline__ void st_unit(U *p, U v
 		*p = v;
 }
 
+/* Store one 16-byte unit (wl of its words valid, 1..4) at a 4-byte aligned
+ * address: one 16-byte store when aligned and whole, else 8- or 4-byte
+ * stores. */
+__device__ __forceinline__ void st_mixed(uint8_t *a, uint4 r, uint32_t wl)
+{
+	if (wl >= 4 && ((uintptr_t)a & 15) == 0) {
+		*(uint4 *)a = r;
+	} else if (wl >= 4 && ((uintptr_t)a & 7) == 0) {
+		((uint2 *)a)[0] = make_uint2(r.x, r.y);
+		((uint2 *)a)[1] = make_uint2(r.z, r.w);
+	} else {
+		uint32_t *w = (uint32_t *)a;
+		w[0] = r.x;
+		if (wl > 1)
+			w[1] = r.y;
+		if (wl > 2)
+			w[2] = r.z;
+		if (wl > 3)
+			w[3] = r.w;
+	}
+}
+
 /* The warp copies the payloads of its group of packets as one flattened
  * list of units (16 bytes when every payload of the group and its destination
  * are 16-byte aligned, else 4-byte words): each round every lane loads R units
@@ -175,9 +231,9 @@ template <typename U, bool CS> __device__ __forceinline__ void st_unit(U *p, U v
  * per-packet latency, then sets the pace. Lane j owns packet j: its source
  * offset in its slot (off), byte count (len, 0: nothing to copy) and output
  * offset (dst). */
-template <typename U, int R, bool CS>
+template <typename U, int R, bool CS, bool NA, bool MIXED>
 __device__ static void dfr_copy_units(const uint8_t *myslot, uint8_t *out, uint32_t lane,
-				      uint32_t off, uint32_t cnt, unsigned long long dst)
+				      uint32_t off, uint32_t cnt, unsigned long long dst, uint32_t words)
 {
 	uint32_t incl = cnt;
 #pragma unroll
@@ -210,28 +266,49 @@ __device__ static void dfr_copy_units(const uint8_t *myslot, uint8_t *out, uint3
 			unsigned long long sp = __shfl_sync(0xffffffffu, srcb, j);
 			jk[q] = (j << 27) | k;
 			if (x < total)
-				r[q] = ld_unit<U, CS>((const U *)(uintptr_t)sp + k);
+				r[q] = ld_unit<U, CS, NA>((const U *)(uintptr_t)sp + k);
 		}
 #pragma unroll
 		for (int q = 0; q < R; q++) {
 			uint32_t x = x0 + lane + 32u * q;
 			uint32_t jj = jk[q] >> 27, k = jk[q] & ((1u << 27) - 1);
 			unsigned long long dp = __shfl_sync(0xffffffffu, dst, jj);
-			if (x < total)
-				st_unit<U, CS>((U *)(out + dp) + k, r[q]);
+			if constexpr (MIXED) {
+				uint32_t wl = __shfl_sync(0xffffffffu, words, jj) - 4 * k;
+				if (x < total)
+					st_mixed(out + dp + 16ull * k, *(const uint4 *)&r[q], wl);
+			} else {
+				if (x < total)
+					st_unit<U, CS>((U *)(out + dp) + k, r[q]);
+			}
 		}
 	}
 }
 
-template <int R, bool CS>
+/* Copy mode per group: 16-byte units when every payload and destination is
+ * 16-byte aligned; with LD16, 16-byte loads and 16/8/4-byte stores when the
+ * sources are 16-byte aligned and the destinations only 4-byte aligned (1500-
+ * byte packets: 1468-byte payloads at 1468-byte spacing; the last load of a
+ * payload reads up to 12 bytes past it, inside its slot); else 4-byte units. */
+template <int R, bool CS, bool NA, bool LD16>
 __device__ static void dfr_copy_group(const uint8_t *myslot, uint8_t *out, uint32_t lane,
-				      uint32_t off, uint32_t len, unsigned long long dst)
+				      uint32_t off, uint32_t len, unsigned long long dst, uint32_t slot_size)
 {
-	bool aligned = ((((uintptr_t)(myslot + off) | (uintptr_t)(out + dst) | len) & 15) == 0);
-	if (__all_sync(0xffffffffu, len == 0 || aligned))
-		dfr_copy_units<uint4, R, CS>(myslot, out, lane, off, len / 16, dst);
-	else
-		dfr_copy_units<uint32_t, R, CS>(myslot, out, lane, off, len / 4, dst);
+	const uintptr_t src = (uintptr_t)(myslot + off);
+	bool aligned = (((src | (uintptr_t)(out + dst) | len) & 15) == 0);
+	if (__all_sync(0xffffffffu, len == 0 || aligned)) {
+		dfr_copy_units<uint4, R, CS, NA, false>(myslot, out, lane, off, len / 16, dst, 0);
+		return;
+	}
+	if constexpr (LD16) {
+		bool src16 = (src & 15) == 0 && (((uintptr_t)(out + dst) | len) & 3) == 0 &&
+			     ((off + len + 15u) & ~15u) <= slot_size;
+		if (__all_sync(0xffffffffu, len == 0 || src16)) {
+			dfr_copy_units<uint4, R, CS, NA, true>(myslot, out, lane, off, (len + 15) / 16, dst, len / 4);
+			return;
+		}
+	}
+	dfr_copy_units<uint32_t, R, CS, NA, false>(myslot, out, lane, off, len / 4, dst, 0);
 }
 
 /* ---- Hopper bulk copies (TMA): cp.async.bulk global -> shared -> global ----
@@ -380,13 +457,14 @@ __device__ static bool dfr_copy_tma(const uint8_t *myslot, uint8_t *out, uint32_
  * stage of one of them (so the serial, branchy parse costs 1/32 of the issue
  * slots it would cost with one warp per packet), then the whole warp copies
  * the group's payloads (dfr_copy_group, or bulk copies when TMA). */
-template <int MINB, int R, bool CS, bool TMA>
+template <int MINB, int R, bool CS, bool TMA, bool NA, bool LD16, bool SV>
 __global__ void __launch_bounds__(256, MINB)
 	dfr_kernel(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
 		   uint32_t slot_size, uint32_t n, uint32_t group, struct pdma_dfr_desc *desc)
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
+	__shared__ struct vrt_scratch s_v[SV ? 256 : 1];
 	const uint32_t lane = threadIdx.x & 31;
 	const uint32_t warps = (gridDim.x * blockDim.x) >> 5;
 	const uint32_t ncache = c.max_streams < DFR_CACHE ? c.max_streams : DFR_CACHE;
@@ -423,7 +501,8 @@ __global__ void __launch_bounds__(256, MINB)
 		const uint8_t *myslot = slots + (size_t)(i < n ? i : 0) * slot_size;
 		if (lane < group && i < n) {
 			struct pdma_dfr_desc d;
-			int st = dfr_lane(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst);
+			int st = dfr_lane<SV>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
+					      &s_v[SV ? threadIdx.x : 0]);
 			d.status = (int8_t)st;
 			if (desc)
 				desc[i] = d;
@@ -434,7 +513,7 @@ __global__ void __launch_bounds__(256, MINB)
 				continue;
 		}
 #endif
-		dfr_copy_group<R, CS>(myslot, t.out, lane, off, len, dst);
+		dfr_copy_group<R, CS, NA, LD16>(myslot, t.out, lane, off, len, dst, slot_size);
 	}
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	if constexpr (TMA) {
@@ -499,7 +578,7 @@ __global__ void __launch_bounds__(256, 3)
 			len = plen;
 			dst = (i % nstreams) * region + (i / nstreams) * plen;
 		}
-		dfr_copy_group<8, false>(myslot, out, lane, off, len, dst);
+		dfr_copy_group<8, false, false, false>(myslot, out, lane, off, len, dst, slot_size);
 	}
 }
 
@@ -511,15 +590,26 @@ struct kvar {
 	int minb;       /* resident blocks of 256 per SM */
 	uint32_t smem;  /* dynamic shared memory */
 	bool tma;
+	int plain;      /* TMA variants: the variant run instead on mapped host memory */
 };
 
 static const struct kvar KV[] = {
-	{ "v5", (const void *)dfr_kernel<3, 8, false, false>, 3, 0, false },
-	{ "v5cs", (const void *)dfr_kernel<3, 8, true, false>, 3, 0, false },
-	{ "v5b4", (const void *)dfr_kernel<4, 4, false, false>, 4, 0, false },
-	{ "tma", (const void *)dfr_kernel<3, 8, false, true>, 3, TMA_SMEM, true },
+	/* 0 */ { "v5", (const void *)dfr_kernel<3, 8, false, false, false, false, false>, 3, 0, false, 0 },
+	/* 1 */ { "v5cs", (const void *)dfr_kernel<3, 8, true, false, false, false, false>, 3, 0, false, 1 },
+	/* 2 */ { "v5b4", (const void *)dfr_kernel<4, 4, false, false, false, false, false>, 4, 0, false, 2 },
+	/* 3 */ { "v5na", (const void *)dfr_kernel<3, 8, false, false, true, false, false>, 3, 0, false, 3 },
+	/* 4 */ { "v6", (const void *)dfr_kernel<3, 8, false, false, true, true, false>, 3, 0, false, 4 },
+	/* 5 */ { "v6b4", (const void *)dfr_kernel<4, 4, false, false, true, true, false>, 4, 0, false, 5 },
+	/* 6 */ { "v7s", (const void *)dfr_kernel<3, 8, false, false, false, false, true>, 3, 0, false, 6 },
+	/* 7 */ { "v7", (const void *)dfr_kernel<3, 8, false, false, true, true, true>, 3, 0, false, 7 },
+	/* 8 */ { "v7b4", (const void *)dfr_kernel<4, 4, false, false, true, true, true>, 4, 0, false, 8 },
+	/* 9 */ { "tma", (const void *)dfr_kernel<3, 8, false, true, false, false, false>, 3, TMA_SMEM, true, 0 },
+	/* 10 */ { "v6tma", (const void *)dfr_kernel<3, 8, false, true, true, true, false>, 3, TMA_SMEM, true, 4 },
 };
 #define NKV (sizeof(KV) / sizeof(KV[0]))
+/* The default: v7s, the best mean ratio to the D2D copy over 1 KiB, 1500 B and
+ * 8 KiB packets on the H100 (bench/ingest/NOTES.md, bench/results/ingest.txt). */
+#define DFR_DEFAULT_KV 6
 
 /* Launch shape for n packets: packets per warp as many as 32 (the header
  * stage is then shared by a full warp), but few enough that every resident
@@ -557,7 +647,7 @@ struct kplan {
 static void make_kplan(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
 		       struct pdma_dfr_desc *d_desc, bool on_device, struct kplan *k)
 {
-	k->kv = (g->kv->tma && !(on_device && g->tma_ok)) ? &KV[0] : g->kv;
+	k->kv = (g->kv->tma && !(on_device && g->tma_ok)) ? &KV[g->kv->plain] : g->kv;
 	kshape(g, n, k->kv->minb, &k->blocks, &k->group);
 	k->c = g->c;
 	k->t = g->t;
@@ -629,6 +719,7 @@ static int ensure_desc(struct pdma_gpu_dfr *g, size_t n)
 
 struct gent {
 	cudaGraphExec_t exec; /* NULL: free entry */
+	cudaGraph_t graph;    /* kept: node updates name the nodes of the graph instantiated */
 	int kind;             /* 0 run, 1 staged */
 	uint32_t nch;
 	bool desc;
@@ -652,13 +743,20 @@ struct bplan {
 	size_t dbytes;
 };
 
+static void gent_free(struct gent *e)
+{
+	if (e->exec)
+		cudaGraphExecDestroy(e->exec);
+	if (e->graph)
+		cudaGraphDestroy(e->graph);
+	e->exec = NULL;
+	e->graph = NULL;
+}
+
 static void graph_flush(struct pdma_gpu_dfr *g)
 {
 	for (int i = 0; g->gc && i < GCACHE; i++)
-		if (g->gc[i].exec) {
-			cudaGraphExecDestroy(g->gc[i].exec);
-			g->gc[i].exec = NULL;
-		}
+		gent_free(&g->gc[i]);
 }
 
 #define GCK(call)                                                                         \
@@ -691,22 +789,32 @@ static int graph_launch(struct pdma_gpu_dfr *g, struct bplan *b)
 			victim = x;
 	}
 	if (e) {
-		for (uint32_t k = 0; k < b->nch; k++) {
+		cudaError_t u = cudaSuccess;
+		for (uint32_t k = 0; k < b->nch && u == cudaSuccess; k++) {
 			if (b->kind == 1)
-				GCK(cudaGraphExecMemcpyNodeSetParams1D(e->exec, e->cp[k], b->stage[k], b->hsrc[k],
-								       b->bytes[k], cudaMemcpyHostToDevice));
+				u = cudaGraphExecMemcpyNodeSetParams1D(e->exec, e->cp[k], b->stage[k], b->hsrc[k],
+								       b->bytes[k], cudaMemcpyHostToDevice);
 			cudaKernelNodeParams p = knode(&b->k[k]);
-			GCK(cudaGraphExecKernelNodeSetParams(e->exec, e->kn[k], &p));
+			if (u == cudaSuccess)
+				u = cudaGraphExecKernelNodeSetParams(e->exec, e->kn[k], &p);
 		}
-		if (b->desc)
-			GCK(cudaGraphExecMemcpyNodeSetParams1D(e->exec, e->dn, b->hdesc, b->ddesc, b->dbytes,
-							       cudaMemcpyDeviceToHost));
-	} else {
+		if (b->desc && u == cudaSuccess)
+			u = cudaGraphExecMemcpyNodeSetParams1D(e->exec, e->dn, b->hdesc, b->ddesc, b->dbytes,
+							       cudaMemcpyDeviceToHost);
+		if (u != cudaSuccess) {
+			/* An update the driver refuses: instantiate this shape anew
+			 * (counted; correct, only slower). */
+			cudaGetLastError();
+			if (!g->grebuilds++)
+				fprintf(stderr, "gpu deframer: graph node update: %s; rebuilding instead\n",
+					cudaGetErrorString(u));
+			victim = e;
+			e = NULL;
+		}
+	}
+	if (!e) {
 		e = victim;
-		if (e->exec) {
-			cudaGraphExecDestroy(e->exec);
-			e->exec = NULL;
-		}
+		gent_free(e);
 		GCK(cudaGraphCreate(&gr, 0));
 		for (uint32_t k = 0; k < b->nch; k++) {
 			cudaGraphNode_t dep[2];
@@ -730,7 +838,7 @@ static int graph_launch(struct pdma_gpu_dfr *g, struct bplan *b)
 						     b->dbytes, cudaMemcpyDeviceToHost));
 		}
 		GCK(cudaGraphInstantiate(&e->exec, gr, 0));
-		cudaGraphDestroy(gr);
+		e->graph = gr;
 		gr = NULL;
 		e->kind = b->kind;
 		e->nch = b->nch;
@@ -951,7 +1059,7 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 		return -ENOMEM;
 	g->c = *c;
 	g->device = device;
-	g->kv = &KV[0];
+	g->kv = &KV[DFR_DEFAULT_KV];
 	g->launch = PDMA_GPU_LAUNCH_GRAPH;
 	size_t ns = c->max_streams, tags = ns * c->out_pkts;
 #define OPEN_CK(call)                                                  \
@@ -973,11 +1081,14 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	OPEN_CK(cudaGetDeviceProperties(&g->prop, device));
 	g->sms = g->prop.multiProcessorCount;
 	if (g->prop.major >= 9) {
-		const void *fn = KV[NKV - 1].fn;
-		g->tma_ok = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, TMA_SMEM) ==
-				    cudaSuccess &&
-			    cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-						 cudaSharedmemCarveoutMaxShared) == cudaSuccess;
+		g->tma_ok = true;
+		for (size_t i = 0; i < NKV; i++)
+			if (KV[i].tma)
+				g->tma_ok = g->tma_ok &&
+					    cudaFuncSetAttribute(KV[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+								 TMA_SMEM) == cudaSuccess &&
+					    cudaFuncSetAttribute(KV[i].fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+								 cudaSharedmemCarveoutMaxShared) == cudaSuccess;
 		cudaGetLastError();
 	}
 	OPEN_CK(cudaMalloc(&g->t.keys, ns * sizeof(uint64_t)));
@@ -1129,16 +1240,20 @@ static int g_read_tables(struct pdma_gpu_dfr *g, struct pdma_dfr_tables *t)
 
 /* ---- measurements ---- */
 
-/* Median of iters timings (CUDA events on s[0]) of body(), after two
+/* Median of iters timings (CUDA events on s[0]) of body(), after the
  * warm-ups; pre() runs before each start event (not timed). */
 template <typename P, typename F>
 static int timed(struct pdma_gpu_dfr *g, int iters, P pre, F body, double *med)
 {
 	cudaEvent_t a, b;
 	std::vector<float> ms;
+	/* PEERDMA_BENCH_WARMUP: warm-up passes (default 2; 0 under a profiler
+	 * so that each measurement is one launch). */
+	const char *wu = getenv("PEERDMA_BENCH_WARMUP");
+	int warm = wu && *wu ? atoi(wu) : 2;
 	CK(g, cudaEventCreate(&a));
 	CK(g, cudaEventCreate(&b));
-	for (int w = 0; w < 2; w++) { /* warm-up */
+	for (int w = 0; w < warm; w++) { /* warm-up */
 		int r = pre();
 		if (!r)
 			r = body();

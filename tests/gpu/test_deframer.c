@@ -382,7 +382,8 @@ static void test_graph_host_staged_aligned(void **state)
  * zero-copy (TMA never reads mapped host memory), graph launch. */
 static void test_variants(void **state)
 {
-	static const char *names[] = { "v5", "v5cs", "v5b4", "tma" };
+	static const char *names[] = { "v5", "v5cs", "v5b4", "v5na", "v6", "v6b4", "v7s", "v7", "v7b4",
+				       "tma", "v6tma" };
 	(void)state;
 	char was[16];
 	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
