@@ -382,7 +382,7 @@ static void part_x(struct ctx *x)
 {
 	static const uint32_t def[] = { 1024, 1500, 8192 };
 	static const char *items[] = { "d2d", "copy", "simple", "skel1", "skel4", "v5", "v5cs", "v5b4",
-				       "v5na", "v6", "v6b4", "v7s", "v7", "v7b4", "tma", "v6tma" };
+				       "v5na", "v6", "v6b4", "v7s", "v7", "v7b4", "tma", "v6tma", "v8tp" };
 	const size_t nitems = sizeof(items) / sizeof(items[0]);
 	uint32_t sizes[8];
 	size_t nsizes = size_list(x, def, sizeof(def) / sizeof(def[0]), sizes);
@@ -399,7 +399,7 @@ static void part_x(struct ctx *x)
 	for (size_t k = 0; k < nsizes; k++)
 		printf(" %9u B      ", sizes[k]);
 	printf("\n");
-	double res[16][8];
+	double res[24][8];
 	for (size_t k = 0; k < nsizes; k++) {
 		uint32_t pkt = sizes[k], n;
 		struct pdma_ring r;

@@ -55,6 +55,9 @@ struct pdma_gpu_dfr {
 	uint64_t gstamp;
 	uint64_t grebuilds;         /* graph shapes instantiated again after a refused update */
 	bool tma_ok;                /* Hopper and the TMA variant's shared memory granted */
+	uint4 *tpwl[2];             /* two-pass variant: work list (+ control entry) per stream */
+	size_t tpcap[2];            /* entries */
+	uint32_t tpseq;             /* two-pass launches so far (control values carry it) */
 	struct {                    /* registered host ranges and their device aliases */
 		const uint8_t *p, *d;
 		size_t n;
@@ -523,6 +526,142 @@ __global__ void __launch_bounds__(256, MINB)
 #endif
 }
 
+/* ---- two-pass variant (v8tp): header pass, then a full-grid copy ----
+ * Pass 1: one thread per packet runs the same header stage (dfr_lane) and
+ * writes a work-list entry {dst lo, dst hi, source offset in the slot,
+ * length (0: nothing to copy)}; per block the largest length and whether any
+ * destination or length is not 16-byte aligned go to a control entry with one
+ * atomicMax each, tagged with the launch's sequence number (no reset needed:
+ * a newer launch's value is always larger; a stale tag reads as 0).
+ * Pass 2: packet p owns threads [p * stride, (p + 1) * stride), stride = the
+ * largest payload's 16-byte windows (+1 when misaligned), so consecutive
+ * threads copy consecutive 16-byte windows of the output: every window fully
+ * inside a payload is one aligned 16-byte store; its source, when not
+ * 16-byte aligned, is two aligned 16-byte loads funnel-shifted together.
+ * The partial first and last windows take 4-byte (else byte) stores.
+ * Measured on the H100: about half of v7s's rate (bench/ingest/NOTES.md,
+ * "Version 8 try"); kept as a variant, not the default. */
+__global__ void __launch_bounds__(256)
+	dfr_tp_hdr(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
+		   uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl, uint32_t seq)
+{
+	__shared__ unsigned long long s_keys[DFR_CACHE];
+	__shared__ uint32_t s_plen[DFR_CACHE];
+	__shared__ struct vrt_scratch s_v[256];
+	__shared__ uint32_t s_red[2];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	/* The copy pass (launched with programmatic stream serialization) may
+	 * start its blocks once every block here has begun; they wait in
+	 * griddepcontrol.wait for this grid's completion and its writes. */
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+	const uint32_t lane = threadIdx.x & 31;
+	const uint32_t ncache = c.max_streams < DFR_CACHE ? c.max_streams : DFR_CACHE;
+	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
+		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
+		s_plen[k] = *(volatile uint32_t *)&t.plen[k];
+	}
+	if (threadIdx.x < 2)
+		s_red[threadIdx.x] = 0;
+	__syncthreads();
+	const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+	uint32_t off = 0, len = 0;
+	unsigned long long dst = 0;
+	if (i < n) {
+		const uint8_t *myslot = slots + (size_t)i * slot_size;
+		struct pdma_dfr_desc d;
+		int st = dfr_lane<true>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
+					&s_v[threadIdx.x]);
+		d.status = (int8_t)st;
+		if (desc)
+			desc[i] = d;
+		if (!len)
+			off = 0;
+		wl[1 + i] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), off, len);
+	}
+	const uint32_t mis = len && ((((uintptr_t)(t.out + dst)) | len) & 15) != 0;
+	const uint32_t mx = __reduce_max_sync(0xffffffffu, len), mo = __reduce_or_sync(0xffffffffu, mis);
+	if (lane == 0) {
+		if (mx)
+			atomicMax(&s_red[0], mx);
+		if (mo)
+			atomicOr(&s_red[1], mo);
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		unsigned long long *ctrl = (unsigned long long *)wl;
+		if (s_red[0])
+			atomicMax(&ctrl[0], ((unsigned long long)seq << 32) | s_red[0]);
+		if (s_red[1])
+			atomicMax(&ctrl[1], ((unsigned long long)seq << 32) | 1u);
+	}
+}
+
+/* 16 bytes starting m (1..15) bytes into lo, continuing into hi. */
+__device__ __forceinline__ uint4 shift16(uint4 lo, uint4 hi, uint32_t m)
+{
+	uint32_t w0 = lo.x, w1 = lo.y, w2 = lo.z, w3 = lo.w, w4 = hi.x, w5 = hi.y, w6 = hi.z, w7 = hi.w;
+	if (m & 8) {
+		w0 = w2; w1 = w3; w2 = w4; w3 = w5; w4 = w6; w5 = w7;
+	}
+	if (m & 4) {
+		w0 = w1; w1 = w2; w2 = w3; w3 = w4; w4 = w5;
+	}
+	const uint32_t sh = 8 * (m & 3);
+	return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh),
+			  __funnelshift_r(w3, w4, sh));
+}
+
+__global__ void __launch_bounds__(256)
+	dfr_tp_copy(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint8_t *out,
+		    const uint4 *__restrict__ wl, uint32_t seq)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+	const unsigned long long c0 = ((volatile const unsigned long long *)wl)[0];
+	const unsigned long long c1 = ((volatile const unsigned long long *)wl)[1];
+	const uint32_t maxl = (uint32_t)(c0 >> 32) == seq ? (uint32_t)c0 : 0;
+	if (!maxl)
+		return;
+	const uint32_t stride = ((maxl + 15) >> 4) + ((uint32_t)(c1 >> 32) == seq ? 1u : 0u);
+	const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
+	const uint32_t p = tid / stride, u = tid - p * stride;
+	if (p >= n)
+		return;
+	const uint4 e = __ldg(&wl[1 + p]);
+	const uint32_t len = e.w;
+	if (!len)
+		return;
+	const uintptr_t s = (uintptr_t)(slots + (size_t)p * slot_size + e.z);
+	const uintptr_t a = (uintptr_t)(out + (((unsigned long long)e.y << 32) | e.x));
+	const uint32_t nw = (uint32_t)(((a + len + 15) >> 4) - (a >> 4));
+	if (u >= nw)
+		return;
+	const uintptr_t aw = (a & ~(uintptr_t)15) + 16u * u;
+	if (aw >= a && aw + 16 <= a + len) {
+		const uintptr_t sa = s + (aw - a);
+		const uint32_t m = (uint32_t)sa & 15;
+		uint4 r;
+		if (m == 0) {
+			r = __ldg((const uint4 *)sa);
+		} else {
+			const uint4 *b = (const uint4 *)(sa - m);
+			r = shift16(__ldg(b), __ldg(b + 1), m);
+		}
+		*(uint4 *)aw = r;
+		return;
+	}
+	const uintptr_t lo = aw > a ? aw : a, hi = aw + 16 < a + len ? aw + 16 : a + len;
+	if (((a | len | s) & 3) == 0) {
+		for (uintptr_t k = lo; k < hi; k += 4)
+			*(uint32_t *)k = __ldg((const uint32_t *)(s + (k - a)));
+	} else {
+		for (uintptr_t k = lo; k < hi; k++)
+			*(uint8_t *)k = *(const uint8_t *)(s + (k - a));
+	}
+}
+
 /* ---- copies for the measurements (bench_copy) ---- */
 
 /* Grid-stride copy with the deframer's occupancy (3 blocks of 256 per SM) and
@@ -591,6 +730,7 @@ struct kvar {
 	uint32_t smem;  /* dynamic shared memory */
 	bool tma;
 	int plain;      /* TMA variants: the variant run instead on mapped host memory */
+	bool tp;        /* two-pass: fn is the header pass, dfr_tp_copy follows (stream launch) */
 };
 
 static const struct kvar KV[] = {
@@ -605,6 +745,7 @@ static const struct kvar KV[] = {
 	/* 8 */ { "v7b4", (const void *)dfr_kernel<4, 4, false, false, true, true, true>, 4, 0, false, 8 },
 	/* 9 */ { "tma", (const void *)dfr_kernel<3, 8, false, true, false, false, false>, 3, TMA_SMEM, true, 0 },
 	/* 10 */ { "v6tma", (const void *)dfr_kernel<3, 8, false, true, true, true, false>, 3, TMA_SMEM, true, 4 },
+	/* 11 */ { "v8tp", (const void *)dfr_tp_hdr, 3, 0, false, 11, true },
 };
 #define NKV (sizeof(KV) / sizeof(KV[0]))
 /* The default: v7s, the best mean ratio to the D2D copy over 1 KiB, 1500 B and
@@ -682,12 +823,62 @@ static int klaunch(struct pdma_gpu_dfr *g, struct kplan *k, cudaStream_t s)
 	return 0;
 }
 
+/* The two-pass variant (v8tp): header pass, copy pass, on stream s (its own
+ * work list per stream). A batch whose copy grid would pass 2^32 threads
+ * takes the default variant instead. */
+static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
+		     struct pdma_dfr_desc *d_desc, cudaStream_t s)
+{
+	const int si = s == g->s[1];
+	const uint64_t thr = (uint64_t)n * ((g->c.max_payload + 15) / 16 + 1);
+	if (thr >= (1ull << 32))
+		return 1;
+	if (g->tpcap[si] < (size_t)n + 1) {
+		cudaFree(g->tpwl[si]);
+		g->tpwl[si] = NULL;
+		g->tpcap[si] = 0;
+		CK(g, cudaMalloc(&g->tpwl[si], ((size_t)n + 1) * sizeof(uint4)));
+		CK(g, cudaMemset(g->tpwl[si], 0, sizeof(uint4)));
+		g->tpcap[si] = (size_t)n + 1;
+	}
+	const uint32_t seq = ++g->tpseq ? g->tpseq : ++g->tpseq;
+	dfr_tp_hdr<<<(n + 255) / 256, 256, 0, s>>>(g->c, g->t, (const uint8_t *)slots, slot_size, n, d_desc,
+						   g->tpwl[si], seq);
+	CK(g, cudaGetLastError());
+	/* Programmatic dependent launch: the copy grid's launch overlaps the
+	 * header pass's tail (it waits for its completion on the device). */
+	cudaLaunchConfig_t cfg;
+	cudaLaunchAttribute at[1];
+	memset(&cfg, 0, sizeof(cfg));
+	memset(at, 0, sizeof(at));
+	cfg.gridDim = dim3((uint32_t)((thr + 255) / 256));
+	cfg.blockDim = dim3(256);
+	cfg.stream = s;
+	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	at[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.attrs = at;
+	cfg.numAttrs = 1;
+	CK(g, cudaLaunchKernelEx(&cfg, dfr_tp_copy, (const uint8_t *)slots, slot_size, n, g->t.out,
+				 (const uint4 *)g->tpwl[si], seq));
+	return 0;
+}
+
 static int launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
 		  struct pdma_dfr_desc *d_desc, bool on_device, cudaStream_t s)
 {
 	struct kplan k;
 	if (!n)
 		return 0;
+	if (g->kv->tp) {
+		int r = launch_tp(g, slots, slot_size, n, d_desc, s);
+		if (r <= 0)
+			return r;
+		const struct kvar *was = g->kv;
+		g->kv = &KV[DFR_DEFAULT_KV];
+		make_kplan(g, slots, slot_size, n, d_desc, on_device, &k);
+		g->kv = was;
+		return klaunch(g, &k, s);
+	}
 	make_kplan(g, slots, slot_size, n, d_desc, on_device, &k);
 	return klaunch(g, &k, s);
 }
@@ -866,7 +1057,7 @@ static int enqueue_run(struct pdma_gpu_dfr *g, const void *dp, bool on_device, u
 {
 	if (!n)
 		return 0;
-	if (g->launch == PDMA_GPU_LAUNCH_GRAPH) {
+	if (g->launch == PDMA_GPU_LAUNCH_GRAPH && !g->kv->tp) { /* v8tp: streams */
 		struct bplan b;
 		b.kind = 0;
 		b.nch = 1;
@@ -926,7 +1117,7 @@ static int enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slo
 		per = 1;
 	if ((ret = ensure_stage(g, (size_t)per * slot_size)))
 		return ret;
-	if (g->launch == PDMA_GPU_LAUNCH_GRAPH) {
+	if (g->launch == PDMA_GPU_LAUNCH_GRAPH && !g->kv->tp) { /* v8tp: streams */
 		struct bplan b;
 		uint32_t first = 0;
 		while (first < n) {
@@ -1012,6 +1203,7 @@ static void g_close(struct pdma_gpu_dfr *g)
 		cudaFreeHost(g->h_desc);
 	for (int i = 0; i < 2; i++) {
 		cudaFree(g->stage[i]);
+		cudaFree(g->tpwl[i]);
 		if (g->s[i])
 			cudaStreamDestroy(g->s[i]);
 		if (g->ev[i])
