@@ -662,6 +662,89 @@ __global__ void __launch_bounds__(256)
 	}
 }
 
+/* ---- two passes done right (v9): pass 1 is v8tp's header pass; pass 2 ----
+ * never reads the control entry: the per-packet stride (16-byte output
+ * windows) comes from the host, an upper bound from the slot geometry and the
+ * configured largest payload (min(max_payload, slot - PDMA_SLOT_HDR - 4)
+ * rounded up to windows, +1 for a misaligned destination). Unit k of the grid
+ * is window k % stride of packet k / stride; block b owns units
+ * [b * 256 * U, (b + 1) * 256 * U), thread t units t, t + 256, ... (coalesced
+ * like the copy kernel). Per thread: the U work-list entries are loaded
+ * first, then every payload load (one aligned 16-byte load, two funnel-shifted
+ * when the source is not 16-byte aligned; a block is loaded only when it
+ * holds a byte the window stores), then every store (one aligned 16-byte
+ * store for a full window, 4-byte or byte stores for the partial first and
+ * last windows). The source address is the packet's slot (index * slot size)
+ * plus the work list's payload offset. */
+template <int U, int MINB>
+__global__ void __launch_bounds__(256, MINB)
+	dfr_v9_copy(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
+		    uint8_t *out, const uint4 *__restrict__ wl)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+	const uint32_t total = n * stride; /* < 2^32: checked on the host */
+	const uint32_t base = blockIdx.x * (256u * U) + threadIdx.x;
+	uint4 e[U];
+	uint32_t p[U], u[U];
+#pragma unroll
+	for (int q = 0; q < U; q++) {
+		const uint32_t k = base + 256u * q;
+		p[q] = k / stride;
+		u[q] = k - p[q] * stride;
+		e[q] = k < total ? __ldg(&wl[1 + p[q]]) : make_uint4(0, 0, 0, 0);
+	}
+	uint4 l0[U], l1[U];
+	uintptr_t aw[U];
+	uint32_t m[U], lo[U], hi[U], w4[U];
+#pragma unroll
+	for (int q = 0; q < U; q++) {
+		const uint32_t len = e[q].w;
+		const uintptr_t a = (uintptr_t)(out + (((unsigned long long)e[q].y << 32) | e[q].x));
+		const uintptr_t s = (uintptr_t)(slots + (size_t)p[q] * slot_size + e[q].z);
+		const uint32_t nw = (uint32_t)(((a + len + 15) >> 4) - (a >> 4));
+		l0[q] = make_uint4(0, 0, 0, 0);
+		l1[q] = l0[q];
+		aw[q] = (a & ~(uintptr_t)15) + 16u * u[q];
+		lo[q] = hi[q] = 0; /* bytes [lo, hi) of the window are stored */
+		m[q] = 0;
+		w4[q] = ((a | len) & 3) == 0;
+		if (len && u[q] < nw) {
+			lo[q] = aw[q] >= a ? 0 : (uint32_t)(a - aw[q]);
+			hi[q] = aw[q] + 16 <= a + len ? 16 : (uint32_t)(a + len - aw[q]);
+			const uintptr_t ss = s + aw[q] - a; /* source of the window's byte 0 */
+			m[q] = (uint32_t)ss & 15;
+			const uintptr_t b0 = ss - m[q];
+			if (m[q] + lo[q] < 16)
+				l0[q] = __ldg((const uint4 *)b0);
+			if (m[q] + hi[q] > 16)
+				l1[q] = __ldg((const uint4 *)b0 + 1);
+		}
+	}
+#pragma unroll
+	for (int q = 0; q < U; q++) {
+		if (hi[q] == 0)
+			continue;
+		const uint4 r = m[q] ? shift16(l0[q], l1[q], m[q]) : l0[q];
+		if (lo[q] == 0 && hi[q] == 16) {
+			*(uint4 *)aw[q] = r;
+		} else if (w4[q]) {
+			const uint32_t wd[4] = { r.x, r.y, r.z, r.w };
+#pragma unroll
+			for (uint32_t j = 0; j < 4; j++)
+				if (4 * j >= lo[q] && 4 * j < hi[q])
+					((uint32_t *)aw[q])[j] = wd[j];
+		} else {
+			const uint32_t wd[4] = { r.x, r.y, r.z, r.w };
+#pragma unroll
+			for (uint32_t j = 0; j < 16; j++)
+				if (j >= lo[q] && j < hi[q])
+					((uint8_t *)aw[q])[j] = (uint8_t)(wd[j >> 2] >> (8 * (j & 3)));
+		}
+	}
+}
+
 /* ---- copies for the measurements (bench_copy) ---- */
 
 /* Grid-stride copy with the deframer's occupancy (3 blocks of 256 per SM) and
@@ -730,7 +813,9 @@ struct kvar {
 	uint32_t smem;  /* dynamic shared memory */
 	bool tma;
 	int plain;      /* TMA variants: the variant run instead on mapped host memory */
-	bool tp;        /* two-pass: fn is the header pass, dfr_tp_copy follows (stream launch) */
+	bool tp;        /* two-pass: fn is the header pass, a copy pass follows (stream launch) */
+	const void *cp; /* two-pass copy kernel with host-side stride (v9), else dfr_tp_copy */
+	uint32_t cu;    /* its 16-byte units per thread */
 };
 
 static const struct kvar KV[] = {
@@ -746,11 +831,16 @@ static const struct kvar KV[] = {
 	/* 9 */ { "tma", (const void *)dfr_kernel<3, 8, false, true, false, false, false>, 3, TMA_SMEM, true, 0 },
 	/* 10 */ { "v6tma", (const void *)dfr_kernel<3, 8, false, true, true, true, false>, 3, TMA_SMEM, true, 4 },
 	/* 11 */ { "v8tp", (const void *)dfr_tp_hdr, 3, 0, false, 11, true },
+	/* 12 */ { "v9", (const void *)dfr_tp_hdr, 3, 0, false, 12, true, (const void *)dfr_v9_copy<4, 4>, 4 },
+	/* 13 */ { "v9u8", (const void *)dfr_tp_hdr, 3, 0, false, 13, true, (const void *)dfr_v9_copy<8, 2>, 8 },
 };
 #define NKV (sizeof(KV) / sizeof(KV[0]))
 /* The default: v7s, the best mean ratio to the D2D copy over 1 KiB, 1500 B and
  * 8 KiB packets on the H100 (bench/ingest/NOTES.md, bench/results/ingest.txt). */
 #define DFR_DEFAULT_KV 6
+/* What a two-pass variant falls back to for batches too large for its copy
+ * grid (a one-pass variant). */
+#define DFR_FALLBACK_KV 6
 
 /* Launch shape for n packets: packets per warp as many as 32 (the header
  * stage is then shared by a full warp), but few enough that every resident
@@ -823,15 +913,22 @@ static int klaunch(struct pdma_gpu_dfr *g, struct kplan *k, cudaStream_t s)
 	return 0;
 }
 
-/* The two-pass variant (v8tp): header pass, copy pass, on stream s (its own
+/* The two-pass variants (v8tp, v9): header pass, copy pass, on stream s (its own
  * work list per stream). A batch whose copy grid would pass 2^32 threads
- * takes the default variant instead. */
+ * takes a one-pass variant (DFR_FALLBACK_KV) instead. */
 static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
 		     struct pdma_dfr_desc *d_desc, cudaStream_t s)
 {
 	const int si = s == g->s[1];
-	const uint64_t thr = (uint64_t)n * ((g->c.max_payload + 15) / 16 + 1);
-	if (thr >= (1ull << 32))
+	const struct kvar *kv = g->kv;
+	/* v9: windows per packet from the geometry (the longest payload a slot
+	 * can hold and the configuration accepts, +1 for misalignment). */
+	uint32_t lmax = g->c.max_payload;
+	if (kv->cp)
+		lmax = std::min(lmax, slot_size > PDMA_SLOT_HDR + 4 ? slot_size - PDMA_SLOT_HDR - 4 : 0u);
+	const uint32_t stride = (lmax + 15) / 16 + 1;
+	const uint64_t thr = (uint64_t)n * stride;
+	if (thr >= (1ull << 32) - 8192)
 		return 1;
 	if (g->tpcap[si] < (size_t)n + 1) {
 		cudaFree(g->tpwl[si]);
@@ -852,14 +949,23 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	memset(&cfg, 0, sizeof(cfg));
 	memset(at, 0, sizeof(at));
 	cfg.gridDim = dim3((uint32_t)((thr + 255) / 256));
+	if (kv->cp)
+		cfg.gridDim = dim3((uint32_t)((thr + 256ull * kv->cu - 1) / (256ull * kv->cu)));
 	cfg.blockDim = dim3(256);
 	cfg.stream = s;
 	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 	at[0].val.programmaticStreamSerializationAllowed = 1;
 	cfg.attrs = at;
 	cfg.numAttrs = 1;
-	CK(g, cudaLaunchKernelEx(&cfg, dfr_tp_copy, (const uint8_t *)slots, slot_size, n, g->t.out,
-				 (const uint4 *)g->tpwl[si], seq));
+	const uint8_t *sl = (const uint8_t *)slots;
+	const uint4 *wl = (const uint4 *)g->tpwl[si];
+	if (kv->cp) {
+		uint8_t *out = g->t.out;
+		void *args[] = { &sl, &slot_size, &n, (void *)&stride, &out, &wl };
+		CK(g, cudaLaunchKernelExC(&cfg, kv->cp, args));
+	} else {
+		CK(g, cudaLaunchKernelEx(&cfg, dfr_tp_copy, sl, slot_size, n, g->t.out, wl, seq));
+	}
 	return 0;
 }
 
@@ -874,7 +980,7 @@ static int launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size,
 		if (r <= 0)
 			return r;
 		const struct kvar *was = g->kv;
-		g->kv = &KV[DFR_DEFAULT_KV];
+		g->kv = &KV[DFR_FALLBACK_KV];
 		make_kplan(g, slots, slot_size, n, d_desc, on_device, &k);
 		g->kv = was;
 		return klaunch(g, &k, s);
