@@ -6,8 +6,10 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,14 +30,34 @@ struct gen_stream {
 	struct pdma_gen_inject inj;
 };
 
+/* Round-robin over the streams first, first + step, ... (a sender thread
+ * owns one such disjoint subset; pdma_gen_next walks all of them). Every
+ * stream's state (injection RNG, queue, counts) is its own, so what a stream
+ * sends and injects does not depend on how the streams are split. */
+struct gen_iter {
+	uint32_t first, step;
+	uint32_t cur;        /* round-robin position (a stream index) */
+	uint32_t live;       /* streams of this subset with packets left */
+	uint32_t burst;      /* datagrams per stream per turn */
+};
+
 struct pdma_gen {
 	struct pdma_gen_config c;
 	uint32_t plen, spp;
 	uint64_t k0;         /* packet index of the first packet (absolute) */
-	uint32_t cur;        /* round-robin position */
-	uint32_t live;       /* streams with packets left */
+	struct gen_iter it;  /* pdma_gen_next's walk over all streams */
 	struct gen_stream *s;
 };
+
+static void iter_init(const struct pdma_gen *g, struct gen_iter *it, uint32_t first, uint32_t step,
+		      uint32_t burst)
+{
+	it->first = first;
+	it->step = step;
+	it->cur = first;
+	it->live = first < g->c.streams ? (g->c.streams - first + step - 1) / step : 0;
+	it->burst = burst;
+}
 
 void pdma_gen_config_default(struct pdma_gen_config *c)
 {
@@ -96,7 +118,7 @@ int pdma_gen_open(const struct pdma_gen_config *c, struct pdma_gen **out)
 	 * recovers the packet index exactly: start at the first such boundary at
 	 * or after ts_start. */
 	g->k0 = ((uint64_t)c->ts_start * c->sample_rate + g->spp - 1) / g->spp;
-	g->live = c->streams;
+	iter_init(g, &g->it, 0, 1, GEN_BURST);
 	for (uint32_t i = 0; i < c->streams; i++)
 		g->s[i].rng = c->seed * 0x100000001b3ull + i;
 	*out = g;
@@ -179,8 +201,16 @@ static int build_data(struct pdma_gen *g, uint32_t si, uint64_t k, uint8_t *buf,
 	int n = pdma_vrt_build(&p, NULL, g->plen, buf, cap);
 	if (n < 0)
 		return -EMSGSIZE;
-	for (uint32_t i = 0; i < g->spp; i++)
-		pdma_vrt_put32(buf + p.payload_off + 4 * i, pdma_gen_sample(id, s + i));
+	/* pdma_gen_sample(id, s + i) for i = 0.. computed incrementally (the
+	 * product's low 32 bits advance by the constant; test_ingest checks the
+	 * content against pdma_gen_sample): the fill was most of the sender's
+	 * user time. */
+	uint8_t *o = buf + p.payload_off;
+	uint32_t m = (uint32_t)s * 2654435761u, x = id * 40503u, lo = (uint32_t)(s + id);
+	for (uint32_t i = 0; i < g->spp; i++, o += 4, m += 2654435761u, lo++) {
+		uint32_t v = htonl(((m ^ x) & 0xffff0000u) | (lo & 0xffffu));
+		memcpy(o, &v, 4);
+	}
 	return n;
 }
 
@@ -210,14 +240,17 @@ static int build_context(struct pdma_gen *g, uint32_t si, struct gen_stream *s, 
 	return n < 0 ? -EMSGSIZE : n;
 }
 
-int pdma_gen_next(struct pdma_gen *g, uint8_t *buf, size_t cap, uint32_t *stream)
+static int iter_next(struct pdma_gen *g, struct gen_iter *it, uint8_t *buf, size_t cap,
+		     uint32_t *stream)
 {
-	while (g->live) {
-		uint32_t si = g->cur;
+	while (it->live) {
+		uint32_t si = it->cur;
 		struct gen_stream *s = &g->s[si];
-		if (s->turn >= GEN_BURST || (s->nq == 0 && s->next >= g->c.packets)) {
+		if (s->turn >= it->burst || (s->nq == 0 && s->next >= g->c.packets)) {
 			s->turn = 0;
-			g->cur = (g->cur + 1) % g->c.streams;
+			it->cur += it->step;
+			if (it->cur >= g->c.streams)
+				it->cur = it->first;
 			continue;
 		}
 		*stream = si;
@@ -229,18 +262,23 @@ int pdma_gen_next(struct pdma_gen *g, uint8_t *buf, size_t cap, uint32_t *stream
 		}
 		refill(g, s);
 		if (s->nq == 0) { /* everything left was dropped */
-			s->turn = GEN_BURST;
+			s->turn = it->burst;
 			continue;
 		}
 		uint64_t k = s->q[0];
 		s->q[0] = s->q[1];
 		s->nq--;
 		if (s->nq == 0 && s->next >= g->c.packets)
-			g->live--;
+			it->live--;
 		s->inj.sent++;
 		return build_data(g, si, k, buf, cap);
 	}
 	return 0;
+}
+
+int pdma_gen_next(struct pdma_gen *g, uint8_t *buf, size_t cap, uint32_t *stream)
+{
+	return iter_next(g, &g->it, buf, cap, stream);
 }
 
 /* ---- pcap ---- */
@@ -335,112 +373,207 @@ static double now_s(void)
 	return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-#define SEND_BATCH 32
+/* Datagrams per sendmmsg call (and per stream turn while sending: one call
+ * carries one stream's datagrams, since each stream has its own socket). */
+#define SEND_BATCH 64u
 
-int pdma_gen_send(struct pdma_gen *g, const struct pdma_gen_send_opts *o)
+struct send_ctx {
+	struct pdma_gen *g;
+	const struct pdma_gen_send_opts *o;
+	struct sockaddr_in dst;
+	uint32_t nthreads;
+	atomic_bool abort;   /* a sender thread failed: the others stop */
+};
+
+struct send_thread {
+	struct send_ctx *x;
+	uint32_t first;      /* owns streams first, first + nthreads, ... */
+	pthread_t th;
+	int ret;
+};
+
+static int flush(int fd, struct mmsghdr *msg, uint32_t nb)
 {
-	uint32_t ns = g->c.streams;
-	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(o->port ? o->port : 4991) };
-	int *fds = calloc(ns, sizeof(int));
-	uint8_t *bufs = malloc((size_t)(SEND_BATCH + 1) * 65536);
+	uint32_t done = 0;
+	while (done < nb) {
+		int r = sendmmsg(fd, msg + done, nb - done, 0);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == ENOBUFS || errno == EAGAIN) {
+				usleep(50);
+				continue;
+			}
+			/* ECONNREFUSED: nobody listening yet; the datagram is gone,
+			 * as on a real network. */
+			if (errno == ECONNREFUSED) {
+				done++;
+				continue;
+			}
+			return -errno;
+		}
+		done += (uint32_t)r;
+	}
+	return 0;
+}
+
+/* One sender: builds each datagram in place in a batch slot, sends a stream's
+ * turn with one sendmmsg on that stream's socket, and paces per batch against
+ * its share of the total rate (a deadline from the start, so oversleeping
+ * one batch is made up by the next ones). */
+static int send_subset(struct send_ctx *x, uint32_t first)
+{
+	struct pdma_gen *g = x->g;
+	const struct pdma_gen_send_opts *o = x->o;
+	uint32_t ns = g->c.streams, step = x->nthreads;
+	uint32_t mine = (ns - first + step - 1) / step;
+	/* Slot size: the largest datagram (data or context), cache-line rounded. */
+	size_t slot = ((size_t)(g->c.packet_size > 64 ? g->c.packet_size : 64) + 63) & ~(size_t)63;
+	int *fds = calloc(mine, sizeof(int));
+	uint8_t *bufs = malloc((SEND_BATCH + 1) * slot);
 	struct mmsghdr msg[SEND_BATCH];
 	struct iovec iov[SEND_BATCH];
-	uint32_t bstream = 0, nb = 0;
+	struct gen_iter it;
+	uint32_t bstream = 0, nb = 0, base = 0;
 	uint64_t sent = 0;
-	double t0 = now_s();
+	double rate = o->rate_pps * mine / ns;
 	int ret = 0, len = 0;
+	unsigned long slack = 0;
+	bool slack_set = false;
 
 	if (!fds || !bufs) {
 		ret = -ENOMEM;
 		goto out;
 	}
-	for (uint32_t i = 0; i < ns; i++)
+	for (uint32_t i = 0; i < mine; i++)
 		fds[i] = -1;
-	if (inet_pton(AF_INET, o->host ? o->host : "127.0.0.1", &dst.sin_addr) != 1) {
-		ret = -EINVAL;
-		goto out;
-	}
 	/* One connected socket per stream: its own source port, so SO_REUSEPORT
 	 * receivers hash each stream to one socket and keep its order. */
-	for (uint32_t i = 0; i < ns; i++) {
+	for (uint32_t i = 0; i < mine; i++) {
 		fds[i] = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&dst, sizeof(dst)) < 0) {
+		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&x->dst, sizeof(x->dst)) < 0) {
 			ret = -errno;
 			goto out;
 		}
 		int sz = 4 << 20;
 		setsockopt(fds[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
 	}
-	if (o->pcap)
-		pcap_header(o->pcap);
+	/* Pacing sleeps are short: ask for 1 us timer slack (default 50 us). */
+	if (rate > 0) {
+		int s = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+		if (s >= 0 && prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0) {
+			slack = (unsigned long)s;
+			slack_set = true;
+		}
+	}
+	memset(msg, 0, sizeof(msg));
+	for (uint32_t i = 0; i < SEND_BATCH; i++) {
+		msg[i].msg_hdr.msg_iov = &iov[i];
+		msg[i].msg_hdr.msg_iovlen = 1;
+	}
+	iter_init(g, &it, first, step, SEND_BATCH);
+	double t0 = now_s();
 	for (;;) {
 		uint32_t si = 0;
-		uint8_t *b = bufs + (size_t)nb * 65536;
-		len = (o->stop && atomic_load(o->stop)) ? 0 : pdma_gen_next(g, b, 65536, &si);
+		/* Slots rotate: the datagram that ends a batch (another stream)
+		 * stays where it was built and starts the next batch. */
+		uint8_t *b = bufs + (size_t)((base + nb) % (SEND_BATCH + 1)) * slot;
+		bool stop = (o->stop && atomic_load(o->stop)) || atomic_load(&x->abort);
+		len = stop ? 0 : iter_next(g, &it, b, slot, &si);
 		if (len < 0) {
 			ret = len;
 			break;
 		}
-		/* Flush when the stream changes, the batch is full or at the end. */
 		if (nb && (len == 0 || si != bstream || nb == SEND_BATCH)) {
-			uint32_t done = 0;
-			while (done < nb) {
-				int r = sendmmsg(fds[bstream], msg + done, nb - done, 0);
-				if (r < 0) {
-					if (errno == EINTR)
-						continue;
-					if (errno == ENOBUFS || errno == EAGAIN) {
-						usleep(50);
-						continue;
-					}
-					/* ECONNREFUSED: nobody listening yet; the datagram is
-					 * gone, as on a real network. */
-					if (errno == ECONNREFUSED) {
-						done++;
-						continue;
-					}
-					ret = -errno;
-					goto out;
-				}
-				done += (uint32_t)r;
-			}
+			ret = flush(fds[(bstream - first) / step], msg, nb);
+			if (ret)
+				goto out;
 			sent += nb;
-			if (len > 0)
-				memmove(bufs, b, (size_t)len);
-			b = bufs;
+			base = (base + nb) % (SEND_BATCH + 1);
 			nb = 0;
-			if (o->rate_pps > 0) {
-				double due = t0 + (double)sent / o->rate_pps, t = now_s();
+			if (rate > 0) {
+				double due = t0 + (double)sent / rate, t = now_s();
 				if (due > t) {
-					struct timespec ts = { (time_t)(due - t),
-							       (long)((due - t - (double)(time_t)(due - t)) * 1e9) };
+					double d = due - t;
+					struct timespec ts = { (time_t)d, (long)((d - (double)(time_t)d) * 1e9) };
 					nanosleep(&ts, NULL);
 				}
 			}
 		}
 		if (len == 0)
 			break;
-		if (o->pcap) {
+		if (o->pcap) { /* single sender only (pdma_gen_send) */
 			struct in_addr src;
 			inet_pton(AF_INET, "127.0.0.1", &src);
-			ret = pcap_record(o->pcap, b, (uint32_t)len, src.s_addr, dst.sin_addr.s_addr,
-					  (uint16_t)(40000 + si % 20000), ntohs(dst.sin_port), sent + nb);
+			ret = pcap_record(o->pcap, b, (uint32_t)len, src.s_addr, x->dst.sin_addr.s_addr,
+					  (uint16_t)(40000 + si % 20000), ntohs(x->dst.sin_port), sent + nb);
 			if (ret)
 				goto out;
 		}
 		bstream = si;
 		iov[nb] = (struct iovec){ .iov_base = b, .iov_len = (size_t)len };
-		memset(&msg[nb], 0, sizeof(msg[nb]));
-		msg[nb].msg_hdr.msg_iov = &iov[nb];
-		msg[nb].msg_hdr.msg_iovlen = 1;
 		nb++;
 	}
 out:
+	if (slack_set)
+		prctl(PR_SET_TIMERSLACK, slack, 0, 0, 0);
 	if (fds)
-		for (uint32_t i = 0; i < ns; i++)
+		for (uint32_t i = 0; i < mine; i++)
 			if (fds[i] >= 0)
 				close(fds[i]);
 	free(fds);
 	free(bufs);
+	if (ret)
+		atomic_store(&x->abort, true);
+	return ret;
+}
+
+static void *send_main(void *arg)
+{
+	struct send_thread *t = arg;
+	t->ret = send_subset(t->x, t->first);
+	return NULL;
+}
+
+int pdma_gen_send(struct pdma_gen *g, const struct pdma_gen_send_opts *o)
+{
+	struct send_ctx x = { .g = g, .o = o };
+	uint32_t nt = o->threads ? o->threads : 1;
+	int ret = 0;
+
+	x.dst = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(o->port ? o->port : 4991) };
+	if (inet_pton(AF_INET, o->host ? o->host : "127.0.0.1", &x.dst.sin_addr) != 1)
+		return -EINVAL;
+	if (nt > g->c.streams)
+		nt = g->c.streams;
+	if (o->pcap) /* one ordered pcap file: one sender */
+		nt = 1;
+	x.nthreads = nt;
+	atomic_init(&x.abort, false);
+	if (o->pcap)
+		pcap_header(o->pcap);
+	if (nt == 1)
+		return send_subset(&x, 0);
+
+	struct send_thread *t = calloc(nt, sizeof(*t));
+	uint32_t started = 0;
+	if (!t)
+		return -ENOMEM;
+	for (; started < nt; started++) {
+		t[started].x = &x;
+		t[started].first = started;
+		int e = pthread_create(&t[started].th, NULL, send_main, &t[started]);
+		if (e) {
+			ret = -e;
+			atomic_store(&x.abort, true);
+			break;
+		}
+	}
+	for (uint32_t i = 0; i < started; i++) {
+		pthread_join(t[i].th, NULL);
+		if (t[i].ret && !ret)
+			ret = t[i].ret;
+	}
+	free(t);
 	return ret;
 }

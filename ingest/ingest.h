@@ -140,6 +140,7 @@ struct pdma_gen_config {
 	uint32_t loss_pm, dup_pm, reorder_pm; /* per-mille event probabilities */
 	uint32_t loss_burst;       /* packets dropped per loss event (>= 1) */
 	uint64_t seed;
+	uint32_t send_threads;     /* pdma_loopback_*: sender threads (0 = 1) */
 };
 
 struct pdma_gen_inject {
@@ -167,13 +168,19 @@ static inline uint32_t pdma_gen_sample(uint32_t stream_id, uint64_t s)
 	return (i & 0xffff0000u) | ((uint32_t)(s + stream_id) & 0xffffu);
 }
 
-/* Sending over UDP (one socket per stream, so receivers can spread flows). */
+/* Sending over UDP (one socket per stream, so receivers can spread flows).
+ * Per-stream order is kept; the interleaving of streams differs from
+ * pdma_gen_next's (longer turns per stream, and T threads run concurrently). */
 struct pdma_gen_send_opts {
 	const char *host;     /* IPv4 address, default 127.0.0.1 */
 	uint16_t port;        /* default 4991 */
 	double rate_pps;      /* total datagrams per second, 0 = unpaced */
 	FILE *pcap;           /* optional: also write an Ethernet/IPv4/UDP pcap */
 	atomic_bool *stop;    /* optional */
+	uint32_t threads;     /* sender threads (0 = 1, at most one per stream; 1 with
+			       * pcap): thread t owns streams t, t + T, ... and their
+			       * sockets and sends its share of rate_pps. What each
+			       * stream sends and injects does not depend on T. */
 };
 int pdma_gen_send(struct pdma_gen *g, const struct pdma_gen_send_opts *o);
 /* pcap only (no network). */
@@ -251,6 +258,7 @@ struct pdma_loopback_result {
 	struct pdma_loopback_stream *s; /* [streams], free() by caller */
 	struct pdma_ingest_totals totals;
 	double seconds, rate_pps;
+	double send_seconds;            /* the sender alone (first to last datagram) */
 	uint64_t malformed;
 	bool match;                     /* every stream matches, no content errors */
 	int attempts;

@@ -12,21 +12,24 @@
 struct sender {
 	struct pdma_gen *g;
 	struct pdma_gen_send_opts o;
+	double seconds;
 	int ret;
 };
-
-static void *send_main(void *arg)
-{
-	struct sender *s = arg;
-	s->ret = pdma_gen_send(s->g, &s->o);
-	return NULL;
-}
 
 static double now_s(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void *send_main(void *arg)
+{
+	struct sender *s = arg;
+	double t0 = now_s();
+	s->ret = pdma_gen_send(s->g, &s->o);
+	s->seconds = now_s() - t0;
+	return NULL;
 }
 
 /* Check every filled output position of a stream against the generator's
@@ -68,6 +71,7 @@ static int run_once(const struct pdma_gen_config *gc, const struct pdma_ingest_c
 	snd.o.host = "127.0.0.1";
 	snd.o.port = pdma_ingest_port(ing);
 	snd.o.rate_pps = rate;
+	snd.o.threads = gc->send_threads;
 	ret = pdma_ingest_start(ing);
 	if (ret)
 		goto out;
@@ -81,6 +85,7 @@ static int run_once(const struct pdma_gen_config *gc, const struct pdma_ingest_c
 	pthread_join(th, NULL);
 	ret = pdma_ingest_stop(ing);
 	res->seconds = now_s() - t0;
+	res->send_seconds = snd.seconds;
 	if (!ret)
 		ret = snd.ret;
 	if (ret)

@@ -24,6 +24,10 @@ static void usage(FILE *f)
 		"  -S, --packet-size B    VRT packet bytes, multiple of 4 (default 1024)\n"
 		"  -n, --packets N        data packets per stream (default 1000)\n"
 		"  -r, --rate PPS         total packets per second, 0 = unpaced (default 0)\n"
+		"  -t, --threads N        sender threads (default 1, at most one per stream): thread i\n"
+		"                         sends streams i, i+N, ... on their own sockets, at its share\n"
+		"                         of --rate; per-stream packets and injections do not depend\n"
+		"                         on N (with --pcap: one thread)\n"
 		"      --sample-rate HZ   samples per second in the timestamps (default 10000000)\n"
 		"      --no-trailer       no trailer word\n"
 		"      --no-context       no context packet at the start of each stream\n"
@@ -56,6 +60,7 @@ int pdma_cmd_gen(int argc, char **argv)
 		{ "packet-size", required_argument, NULL, 'S' },
 		{ "packets", required_argument, NULL, 'n' },
 		{ "rate", required_argument, NULL, 'r' },
+		{ "threads", required_argument, NULL, 't' },
 		{ "sample-rate", required_argument, NULL, 'R' },
 		{ "no-trailer", no_argument, NULL, 'T' },
 		{ "no-context", no_argument, NULL, 'C' },
@@ -79,7 +84,7 @@ int pdma_cmd_gen(int argc, char **argv)
 
 	pdma_gen_config_default(&c);
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "H:p:s:S:n:r:w:jh", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "H:p:s:S:n:r:t:w:jh", opts, NULL)) != -1) {
 		const char *bad = NULL;
 		switch (opt) {
 		case 'H': so.host = optarg; break;
@@ -95,6 +100,7 @@ int pdma_cmd_gen(int argc, char **argv)
 				bad = "--rate";
 			break;
 		}
+		case 't': if (num(optarg, 65535, &v) || !v) bad = "--threads"; else so.threads = (uint32_t)v; break;
 		case 'R': if (num(optarg, UINT32_MAX, &v) || !v) bad = "--sample-rate"; else c.sample_rate = v; break;
 		case 'T': c.trailer = false; break;
 		case 'C': c.context = false; break;

@@ -63,6 +63,9 @@ static void test_usage_errors(void **state)
 	assert_int_equal(sh("%s gen --loss 900 --dup 200 2>%s/e", tool, dir), 2);
 	assert_int_equal(sh("grep -q 'must not exceed 1000' %s/e", dir), 0);
 	assert_int_equal(sh("%s gen --pcap-only 2>/dev/null", tool), 2);
+	assert_int_equal(sh("%s gen --threads 0 2>%s/e", tool, dir), 2);
+	assert_int_equal(sh("grep -q 'invalid value .0. for --threads' %s/e", dir), 0);
+	assert_int_equal(sh("%s gen --help | grep -q -- --threads", tool), 0);
 	assert_int_equal(sh("%s gen extra 2>/dev/null", tool), 2);
 	assert_int_equal(sh("%s ingest --path nonsense 2>/dev/null", tool), 2);
 	assert_int_equal(sh("%s ingest --threads 0 2>/dev/null", tool), 2);
@@ -124,7 +127,7 @@ static void test_gen_to_ingest(void **state)
 		 * bound), then wait for ingest to stop on its idle timeout. */
 		assert_int_equal(sh("rm -f %s/err; (%s ingest -p %u -t 2 -i 800 -j %s/i.json 2>%s/err >/dev/null & "
 				    "echo $! > %s/pid); for k in $(seq 200); do grep -q listening %s/err 2>/dev/null "
-				    "&& break; sleep 0.05; done; %s gen -p %u -s 3 -n 3000 --loss 5 --loss-burst 16 "
+				    "&& break; sleep 0.05; done; %s gen -p %u -s 3 -t 2 -n 3000 --loss 5 --loss-burst 16 "
 				    "--dup 5 --reorder 5 -r 40000 -j > %s/g.json && "
 				    "while kill -0 $(cat %s/pid) 2>/dev/null; do sleep 0.1; done",
 				    dir, tool, port, dir, dir, dir, dir, tool, port, dir, dir), 0);
@@ -168,12 +171,48 @@ static void test_gen_to_ingest(void **state)
 	fail_msg("kernel dropped datagrams in all 3 attempts");
 }
 
+/* --threads N: with the same seed each stream sends and injects exactly the
+ * same as with one thread (and as the pcap writer, pdma_gen_next's order). */
+static void test_gen_threads_same_injection(void **state)
+{
+	(void)state;
+	uint16_t port = free_port(); /* nobody listens: datagrams are dropped */
+	const char *args = "-s 5 -n 2000 --loss 7 --loss-burst 2 --dup 6 --reorder 9 --seed 42 -j";
+	assert_int_equal(sh("%s gen -p %u %s -w %s/t.pcap --pcap-only > %s/t0.json", tool, port, args, dir,
+			    dir), 0);
+	assert_int_equal(sh("%s gen -p %u %s > %s/t1.json", tool, port, args, dir), 0);
+	assert_int_equal(sh("%s gen -p %u %s --threads 2 > %s/t2.json", tool, port, args, dir), 0);
+	assert_int_equal(sh("%s gen -p %u %s --threads 8 > %s/t8.json", tool, port, args, dir), 0);
+	char p[256];
+	json_error_t err;
+	json_t *j[4];
+	const char *names[4] = { "t0", "t1", "t2", "t8" };
+	for (int i = 0; i < 4; i++) {
+		snprintf(p, sizeof(p), "%s/%s.json", dir, names[i]);
+		j[i] = json_load_file(p, 0, &err);
+		assert_non_null(j[i]);
+	}
+	json_int_t events = 0;
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(j[0], "streams"), i, s)
+		events += json_integer_value(json_object_get(s, "lost")) +
+			  json_integer_value(json_object_get(s, "duplicated")) +
+			  json_integer_value(json_object_get(s, "reordered"));
+	assert_true(events > 0);
+	for (int k = 1; k < 4; k++)
+		assert_true(json_equal(j[0], j[k]));
+	for (int k = 0; k < 4; k++)
+		json_decref(j[k]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_usage_errors),
 		cmocka_unit_test(test_pcap),
 		cmocka_unit_test(test_gen_to_ingest),
+		cmocka_unit_test(test_gen_threads_same_injection),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -100,6 +100,61 @@ static void test_loopback_bursts_two_threads(void **state)
 	free(r.s);
 }
 
+/* Several sender threads (each owns streams i, i+T, ... and their sockets):
+ * with the same seed every stream sends and injects exactly what one thread
+ * (and pdma_gen_next, the pcap order) does, and ingest detects exactly that. */
+static void test_loopback_sender_threads(void **state)
+{
+	struct pdma_gen_config g;
+	struct pdma_ingest_config ic;
+	struct pdma_loopback_result r[2];
+	uint32_t nthreads[2] = { 2, 3 }; /* one sender: the other tests */
+	struct pdma_gen *ref;
+	uint8_t buf[2048];
+	uint32_t si;
+	int len;
+	(void)state;
+	pdma_gen_config_default(&g);
+	g.streams = 5; /* not a multiple of the thread counts */
+	g.packets = 600;
+	g.loss_pm = 10;
+	g.loss_burst = 3;
+	g.dup_pm = 10;
+	g.reorder_pm = 10;
+	g.seed = 1234;
+	pdma_ingest_config_default(&ic);
+	ic.threads = 2;
+	ic.ring_slots = 2048;
+	ic.slot_size = 2048;
+	/* The single-threaded iterator's counts: the reference. */
+	assert_int_equal(pdma_gen_open(&g, &ref), 0);
+	while ((len = pdma_gen_next(ref, buf, sizeof(buf), &si)) > 0)
+		;
+	assert_int_equal(len, 0);
+	for (size_t t = 0; t < 2; t++) {
+		g.send_threads = nthreads[t];
+		assert_int_equal(pdma_loopback_run(&g, &ic, 40000, &r[t]), 0);
+		assert_int_equal(r[t].totals.socket_drops, 0);
+		assert_int_equal(r[t].totals.ring_overruns, 0);
+		assert_true(r[t].match); /* detected == injected, content checked */
+		for (uint32_t i = 0; i < g.streams; i++) {
+			const struct pdma_gen_inject *a = pdma_gen_injected(ref, i), *b = &r[t].s[i].injected;
+			assert_int_equal(b->sent, a->sent);
+			assert_int_equal(b->lost, a->lost);
+			assert_int_equal(b->duplicated, a->duplicated);
+			assert_int_equal(b->reordered, a->reordered);
+			assert_int_equal(b->context, a->context);
+			assert_int_equal(r[t].s[i].detected.lost, a->lost);
+			assert_int_equal(r[t].s[i].detected.duplicated, a->duplicated);
+			assert_int_equal(r[t].s[i].detected.reordered, a->reordered);
+			assert_int_equal(r[t].s[i].detected.received, g.packets - a->lost);
+			assert_int_equal(r[t].s[i].content_errors, 0);
+		}
+		free(r[t].s);
+	}
+	pdma_gen_close(ref);
+}
+
 /* The direct path: rings in simulated GPU memory, registered, written by the
  * simulated DMA device by key. */
 static void test_loopback_direct_sim(void **state)
@@ -185,6 +240,7 @@ int main(void)
 		cmocka_unit_test(test_ingest_bad_config),
 		cmocka_unit_test(test_loopback_single_loss),
 		cmocka_unit_test(test_loopback_bursts_two_threads),
+		cmocka_unit_test(test_loopback_sender_threads),
 		cmocka_unit_test(test_loopback_direct_sim),
 		cmocka_unit_test(test_demo),
 	};
