@@ -35,6 +35,13 @@ extern "C" {
 struct kvar;
 struct gent;
 
+/* v10: at most this many sub-batches per launch (header pass k + 1 on the
+ * caller's stream overlaps copy pass k on a second stream). */
+#define TP_MAXK 8
+/* ... each of at least this many packets (a header grid of 64 blocks or more
+ * and a copy grid that fills the GPU many times). */
+#define TP_MINSUB 16384u
+
 struct pdma_gpu_dfr {
 	struct pdma_dfr_config c;
 	int device;
@@ -58,6 +65,10 @@ struct pdma_gpu_dfr {
 	uint4 *tpwl[2];             /* two-pass variant: work list (+ control entry) per stream */
 	size_t tpcap[2];            /* entries */
 	uint32_t tpseq;             /* two-pass launches so far (control values carry it) */
+	cudaStream_t cs[2];         /* v10: copy-pass stream per stream s[i] */
+	cudaEvent_t evh[2][TP_MAXK]; /* v10: header pass k done (on s[i]) */
+	cudaEvent_t evc[2];         /* v10: last copy pass done (on cs[i]) */
+	uint32_t tpmin;             /* v10: fewest packets per sub-batch (TP_MINSUB) */
 	struct {                    /* registered host ranges and their device aliases */
 		const uint8_t *p, *d;
 		size_t n;
@@ -816,6 +827,7 @@ struct kvar {
 	bool tp;        /* two-pass: fn is the header pass, a copy pass follows (stream launch) */
 	const void *cp; /* two-pass copy kernel with host-side stride (v9), else dfr_tp_copy */
 	uint32_t cu;    /* its 16-byte units per thread */
+	bool ov;        /* v10: sub-batches, header pass k + 1 overlapping copy pass k */
 };
 
 static const struct kvar KV[] = {
@@ -833,6 +845,7 @@ static const struct kvar KV[] = {
 	/* 11 */ { "v8tp", (const void *)dfr_tp_hdr, 3, 0, false, 11, true },
 	/* 12 */ { "v9", (const void *)dfr_tp_hdr, 3, 0, false, 12, true, (const void *)dfr_v9_copy<4, 4>, 4 },
 	/* 13 */ { "v9u8", (const void *)dfr_tp_hdr, 3, 0, false, 13, true, (const void *)dfr_v9_copy<8, 2>, 8 },
+	/* 14 */ { "v10", (const void *)dfr_tp_hdr, 3, 0, false, 14, true, (const void *)dfr_v9_copy<4, 4>, 4, true },
 };
 #define NKV (sizeof(KV) / sizeof(KV[0]))
 /* The default: v7s, the best mean ratio to the D2D copy over 1 KiB, 1500 B and
@@ -913,7 +926,7 @@ static int klaunch(struct pdma_gpu_dfr *g, struct kplan *k, cudaStream_t s)
 	return 0;
 }
 
-/* The two-pass variants (v8tp, v9): header pass, copy pass, on stream s (its own
+/* The two-pass variants (v8tp, v9, v10): header pass, copy pass, on stream s (its own
  * work list per stream). A batch whose copy grid would pass 2^32 threads
  * takes a one-pass variant (DFR_FALLBACK_KV) instead. */
 static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
@@ -930,15 +943,53 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	const uint64_t thr = (uint64_t)n * stride;
 	if (thr >= (1ull << 32) - 8192)
 		return 1;
-	if (g->tpcap[si] < (size_t)n + 1) {
+	/* n + 1 entries (control entry, one per packet), + TP_MAXK - 1 for
+	 * v10's sub-batches, each with its own control entry. */
+	if (g->tpcap[si] < (size_t)n + TP_MAXK) {
 		cudaFree(g->tpwl[si]);
 		g->tpwl[si] = NULL;
 		g->tpcap[si] = 0;
-		CK(g, cudaMalloc(&g->tpwl[si], ((size_t)n + 1) * sizeof(uint4)));
-		CK(g, cudaMemset(g->tpwl[si], 0, sizeof(uint4)));
-		g->tpcap[si] = (size_t)n + 1;
+		CK(g, cudaMalloc(&g->tpwl[si], ((size_t)n + TP_MAXK) * sizeof(uint4)));
+		CK(g, cudaMemset(g->tpwl[si], 0, ((size_t)n + TP_MAXK) * sizeof(uint4)));
+		g->tpcap[si] = (size_t)n + TP_MAXK;
 	}
 	const uint32_t seq = ++g->tpseq ? g->tpseq : ++g->tpseq;
+	uint32_t nk = kv->ov ? n / g->tpmin : 1;
+	if (nk > TP_MAXK)
+		nk = TP_MAXK;
+	if (nk > 1) {
+		/* v10: sub-batch k = packets [k * m, min(n, (k + 1) * m)), m a
+		 * multiple of 256; its work list at wl + k * m + k (own control
+		 * entry, then its packets). The header passes run in order on s
+		 * (the tables see the packets in the same order as one pass),
+		 * each followed by an event; copy pass k runs on cs[si] after
+		 * header pass k's event, so header pass k + 1 overlaps copy pass
+		 * k. s then waits for the last copy pass: the whole batch is done
+		 * as seen by s, and the next use of this work list (on s) comes
+		 * after every copy pass that reads it. */
+		uint32_t m = (n + nk - 1) / nk;
+		m = (m + 255) & ~255u;
+		uint32_t k = 0;
+		for (uint32_t o = 0; o < n; o += m, k++) {
+			const uint32_t cnt = std::min(m, n - o);
+			const uint8_t *sl = (const uint8_t *)slots + (size_t)o * slot_size;
+			uint4 *wk = g->tpwl[si] + o + k;
+			dfr_tp_hdr<<<(cnt + 255) / 256, 256, 0, s>>>(g->c, g->t, sl, slot_size, cnt,
+								     d_desc ? d_desc + o : NULL, wk, seq);
+			CK(g, cudaGetLastError());
+			CK(g, cudaEventRecord(g->evh[si][k], s));
+			CK(g, cudaStreamWaitEvent(g->cs[si], g->evh[si][k], 0));
+			const uint64_t tk = (uint64_t)cnt * stride;
+			const uint4 *wlc = wk;
+			uint8_t *out = g->t.out;
+			void *args[] = { &sl, &slot_size, (void *)&cnt, (void *)&stride, &out, &wlc };
+			CK(g, cudaLaunchKernel(kv->cp, dim3((uint32_t)((tk + 256ull * kv->cu - 1) / (256ull * kv->cu))),
+					       dim3(256), args, 0, g->cs[si]));
+		}
+		CK(g, cudaEventRecord(g->evc[si], g->cs[si]));
+		CK(g, cudaStreamWaitEvent(s, g->evc[si], 0));
+		return 0;
+	}
 	dfr_tp_hdr<<<(n + 255) / 256, 256, 0, s>>>(g->c, g->t, (const uint8_t *)slots, slot_size, n, d_desc,
 						   g->tpwl[si], seq);
 	CK(g, cudaGetLastError());
@@ -1314,6 +1365,13 @@ static void g_close(struct pdma_gpu_dfr *g)
 			cudaStreamDestroy(g->s[i]);
 		if (g->ev[i])
 			cudaEventDestroy(g->ev[i]);
+		if (g->cs[i])
+			cudaStreamDestroy(g->cs[i]);
+		if (g->evc[i])
+			cudaEventDestroy(g->evc[i]);
+		for (int k = 0; k < TP_MAXK; k++)
+			if (g->evh[i][k])
+				cudaEventDestroy(g->evh[i][k]);
 	}
 	free(g);
 }
@@ -1396,6 +1454,10 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	for (int i = 0; i < 2; i++) {
 		OPEN_CK(cudaStreamCreateWithFlags(&g->s[i], cudaStreamNonBlocking));
 		OPEN_CK(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
+		OPEN_CK(cudaStreamCreateWithFlags(&g->cs[i], cudaStreamNonBlocking));
+		OPEN_CK(cudaEventCreateWithFlags(&g->evc[i], cudaEventDisableTiming));
+		for (int k = 0; k < TP_MAXK; k++)
+			OPEN_CK(cudaEventCreateWithFlags(&g->evh[i][k], cudaEventDisableTiming));
 	}
 	if ((env = getenv("PEERDMA_GPU_LAUNCH")) && *env) {
 		if (!strcmp(env, "stream"))
@@ -1403,6 +1465,13 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 		else if (strcmp(env, "graph"))
 			fprintf(stderr, "gpu deframer: PEERDMA_GPU_LAUNCH=%s: not stream or graph, ignored\n", env);
 	}
+	/* PEERDMA_DFR_V10_MIN: v10's fewest packets per sub-batch (tests set it
+	 * low so that their small rings take the sub-batch path). */
+	g->tpmin = TP_MINSUB;
+	if ((env = getenv("PEERDMA_DFR_V10_MIN")) && *env)
+		g->tpmin = (uint32_t)strtoul(env, NULL, 10);
+	if (!g->tpmin)
+		g->tpmin = 1;
 	if ((env = getenv("PEERDMA_DFR_KERNEL")) && *env && g_set_kernel(g, env))
 		fprintf(stderr, "gpu deframer: PEERDMA_DFR_KERNEL=%s: unknown or not on this GPU, using %s\n",
 			env, g->kv->name);

@@ -383,7 +383,7 @@ static void test_graph_host_staged_aligned(void **state)
 static void test_variants(void **state)
 {
 	static const char *names[] = { "v5", "v5cs", "v5b4", "v5na", "v6", "v6b4", "v7s", "v7", "v7b4",
-				       "tma", "v6tma", "v8tp", "v9", "v9u8" };
+				       "tma", "v6tma", "v8tp", "v9", "v9u8", "v10" };
 	(void)state;
 	char was[16];
 	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
