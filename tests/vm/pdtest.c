@@ -104,37 +104,31 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int pd_open(void)
+/* Open a device node the suite cannot run without. */
+static int open_dev(const char *path)
 {
-	int fd = open(PEERDMA_DEVICE, O_RDWR | O_CLOEXEC);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
 
 	if (fd < 0) {
-		printf("  open %s: %s\n", PEERDMA_DEVICE, strerror(errno));
+		printf("  open %s: %s\n", path, strerror(errno));
 		exit(1);
 	}
 	return fd;
+}
+
+static int pd_open(void)
+{
+	return open_dev(PEERDMA_DEVICE);
 }
 
 static int gs_open(void)
 {
-	int fd = open(GPUSIM_DEVICE, O_RDWR | O_CLOEXEC);
-
-	if (fd < 0) {
-		printf("  open %s: %s\n", GPUSIM_DEVICE, strerror(errno));
-		exit(1);
-	}
-	return fd;
+	return open_dev(GPUSIM_DEVICE);
 }
 
 static int edu_open(void)
 {
-	int fd = open(PEERDMA_EDU_DEVICE, O_RDWR | O_CLOEXEC);
-
-	if (fd < 0) {
-		printf("  open %s: %s\n", PEERDMA_EDU_DEVICE, strerror(errno));
-		exit(1);
-	}
-	return fd;
+	return open_dev(PEERDMA_EDU_DEVICE);
 }
 
 static uint64_t gs_alloc(int gfd, uint64_t size, uint64_t *bar_off)
