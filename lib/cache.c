@@ -1331,17 +1331,29 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 	return 0;
 }
 
+/* [s, end): the backend pages covering [addr, addr + len); false for len 0 or
+ * a range that wraps (also once rounded up to a page). */
+static inline bool page_span(const struct pdma_mem_ops *ops, uint64_t addr, size_t len,
+			     uint64_t *s, uint64_t *end)
+{
+	uint64_t pm = ops->page_size - 1;
+
+	if (!len || addr + len < addr || addr + len + pm < addr + len)
+		return false;
+	*s = addr & ~pm;
+	*end = (addr + len + pm) & ~pm;
+	return true;
+}
+
 int pdma_cache_get(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *be,
 		   enum pdma_hmem_iface iface, uint64_t addr, size_t len,
 		   const struct pdma_mem_alloc *alloc, struct pdma_region **region)
 {
-	uint64_t pm = ops->page_size - 1, s, end;
+	uint64_t s, end;
 	struct entry *e;
 
-	if (unlikely(!len || addr + len < addr || addr + len + pm < addr + len))
+	if (unlikely(!page_span(ops, addr, len, &s, &end)))
 		return -EINVAL;
-	s = addr & ~pm;
-	end = (addr + len + pm) & ~pm;
 	if (unlikely((unsigned)iface >= PDMA_CACHE_NIFACE ||
 		     c->mode[iface] == PDMA_CACHE_MODE_OFF))
 		return get_slow(c, ops, be, iface, addr, len, s, end, alloc, region);
@@ -1370,16 +1382,14 @@ int pdma_cache_find(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 		    enum pdma_hmem_iface iface, uint64_t addr, size_t len,
 		    struct pdma_region **region)
 {
-	uint64_t pm = ops->page_size - 1, s, end;
+	uint64_t s, end;
 	struct entry *e;
 
 	if (unlikely((unsigned)iface >= PDMA_CACHE_NIFACE ||
 		     c->mode[iface] != PDMA_CACHE_MODE_TRUST))
 		return -ENOENT;
-	if (unlikely(!len || addr + len < addr || addr + len + pm < addr + len))
+	if (unlikely(!page_span(ops, addr, len, &s, &end)))
 		return -EINVAL;
-	s = addr & ~pm;
-	end = (addr + len + pm) & ~pm;
 	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
 		uffd_wait();
 	e = lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);

@@ -33,9 +33,11 @@ static void region_release(struct pdma_domain *d, struct pdma_region *r)
 		pdma_region_destroy(r);
 }
 
-/* Pin one iov entry: the pages of its allocation that it covers. */
+/* Pin one iov entry: the pages of its allocation that it covers. dops/dbe:
+ * the interface's default backend, already resolved by the caller, for the
+ * cache lookup; NULL: do not use the cache. */
 static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device, uint64_t addr,
-		   size_t len, bool use_cache, struct pdma_region **out)
+		   size_t len, const struct pdma_mem_ops *dops, void *dbe, struct pdma_region **out)
 {
 	const struct pdma_mem_ops *ops;
 	struct pdma_mem_alloc alloc;
@@ -51,9 +53,7 @@ static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device
 	 * the region would be gone from the cache. For CUDA the lookup tries
 	 * the GPU-memory ops, the common case; host memory registered as CUDA
 	 * takes the full path. */
-	if (use_cache && d->cache &&
-	    !pdma_domain_backend(d, iface, device, 0, 0, &ops, &be) &&
-	    !pdma_cache_find(d->cache, ops, be, iface, addr, len, out))
+	if (dops && d->cache && !pdma_cache_find(d->cache, dops, dbe, iface, addr, len, out))
 		return 0;
 	ret = pdma_domain_backend(d, iface, device, addr, len, &ops, &be);
 	if (ret)
@@ -64,7 +64,7 @@ static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device
 			 (unsigned long long)addr, len, pdma_strerror(ret));
 		return ret;
 	}
-	if (use_cache && d->cache)
+	if (dops && d->cache)
 		return pdma_cache_get(d->cache, ops, be, iface, addr, len, &alloc, out);
 	pdma_page_round(ops->page_size, addr, len, &start, &plen);
 	ret = pdma_region_create(ops, be, iface, start, plen, alloc.buffer_id, out);
@@ -161,7 +161,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	for (size_t i = 0; i < attr->iov_count; i++) {
 		m->segs[i].addr = (uint64_t)(uintptr_t)attr->mr_iov[i].iov_base;
 		m->segs[i].len = attr->mr_iov[i].iov_len;
-		ret = seg_pin(d, attr->iface, attr->device, m->segs[i].addr, m->segs[i].len, true,
+		ret = seg_pin(d, attr->iface, attr->device, m->segs[i].addr, m->segs[i].len, ops, be,
 			      &m->segs[i].region);
 		if (ret)
 			goto err_mr;
@@ -506,7 +506,7 @@ int pdma_mr_refresh(struct pdma_mr *m, const struct iovec *iov, size_t count, ui
 		if (!fresh[j])
 			continue;
 		fresh[j] = NULL;
-		ret = seg_pin(d, m->iface, m->device, m->segs[j].addr, m->segs[j].len, false,
+		ret = seg_pin(d, m->iface, m->device, m->segs[j].addr, m->segs[j].len, NULL, NULL,
 			      &fresh[j]);
 		if (ret) {
 			for (size_t k = 0; k < j; k++)
