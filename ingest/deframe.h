@@ -174,6 +174,107 @@ PDMA_DFR_FN int pdma_dfr_header(const struct pdma_dfr_config *c, const uint8_t *
 	return pdma_dfr_header_v(c, slot, slot_size, d, r, &v);
 }
 
+/*
+ * Fast path of the header stage for the form nearly every packet has (a valid
+ * DIFI-style data packet: type 1 or 3, class ID, integer timestamp, sample-
+ * count fractional timestamp, optional trailer). The GPU reads the slot's
+ * first 64 bytes with three independent 16-byte loads (one round trip, where
+ * the general parser's loads depend on each other), then the trailer.
+ *
+ * pdma_dfr_header_v() stays the definition: the fast path returns 1 only for
+ * packets it accepts, with *d and *r exactly as the general path fills them
+ * (stream left at PDMA_DFR_NO_STREAM), and 0 for anything else (other forms,
+ * every error), and the caller then runs the general path. The fuzz target
+ * (tests/fuzz/fuzz_vrt.c) checks that agreement on arbitrary bytes.
+ */
+struct pdma_dfr_pre {
+	uint32_t len, flags;       /* struct pdma_slot_hdr */
+	uint32_t h, sid, c0, c1;   /* VRT words 0-3 (host order) */
+	uint32_t tsi, fhi, flo;    /* VRT words 4-6 */
+	uint32_t toff, tval;       /* the word at slot byte toff (0: none), host order */
+};
+
+/* Fill *p from a slot of at least 64 bytes (16-byte aligned on the GPU).
+ * toff: where the trailer is expected (a multiple of 4, toff + 4 <= slot
+ * size; 0 for none): that word is loaded together with the prefix, so when
+ * the guess is right the trailer costs no second round trip. Any guess gives
+ * the same result. */
+PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, uint32_t toff, struct pdma_dfr_pre *p)
+{
+	p->toff = toff;
+	p->tval = toff ? pdma_vrt_get32(slot + toff) : 0;
+#if defined(__CUDA_ARCH__)
+	const uint4 a = ((const uint4 *)slot)[0], b = ((const uint4 *)slot)[2];
+	const uint4 e = ((const uint4 *)slot)[3];
+	p->len = a.x;
+	p->flags = a.y;
+	/* The datagram starts at byte 36 = word 1 of b. */
+	p->h = __byte_perm(b.y, 0, 0x0123);
+	p->sid = __byte_perm(b.z, 0, 0x0123);
+	p->c0 = __byte_perm(b.w, 0, 0x0123);
+	p->c1 = __byte_perm(e.x, 0, 0x0123);
+	p->tsi = __byte_perm(e.y, 0, 0x0123);
+	p->fhi = __byte_perm(e.z, 0, 0x0123);
+	p->flo = __byte_perm(e.w, 0, 0x0123);
+#else
+	const struct pdma_slot_hdr *sh = (const struct pdma_slot_hdr *)slot;
+	const uint8_t *b = slot + PDMA_SLOT_HDR;
+	p->len = sh->len;
+	p->flags = sh->flags;
+	p->h = pdma_vrt_get32(b);
+	p->sid = pdma_vrt_get32(b + 4);
+	p->c0 = pdma_vrt_get32(b + 8);
+	p->c1 = pdma_vrt_get32(b + 12);
+	p->tsi = pdma_vrt_get32(b + 16);
+	p->fhi = pdma_vrt_get32(b + 20);
+	p->flo = pdma_vrt_get32(b + 24);
+#endif
+}
+
+PDMA_DFR_FN int pdma_dfr_header_fast(const struct pdma_dfr_config *c, const uint8_t *slot,
+				     uint32_t slot_size, const struct pdma_dfr_pre *p,
+				     struct pdma_dfr_desc *d, struct pdma_dfr_pkt *r)
+{
+	const uint32_t h = p->h, type = h >> 28, words = h & 0xffffu, tr = (h >> 26) & 1u;
+	uint32_t plen, spp;
+	uint64_t frac, s;
+
+	if (slot_size < PDMA_SLOT_HDR + 64u || (p->flags & PDMA_SLOT_TRUNC) || p->len == 0 ||
+	    p->len > slot_size - PDMA_SLOT_HDR)
+		return 0;
+	/* Data with stream ID; C set, S clear; TSI any but none; TSF samples. */
+	if ((type != 1 && type != 3) || (h & 0x09000000u) != 0x08000000u || !((h >> 22) & 3u) ||
+	    ((h >> 20) & 3u) != PDMA_VRT_TSF_SAMPLES)
+		return 0;
+	/* Exactly the datagram (so 4-byte multiple), prologue of 7 words. */
+	if (words * 4u != p->len || words < 7u + tr)
+		return 0;
+	if (p->c0 & ((h & (1u << 25)) ? 0x07000000u : 0xff000000u))
+		return 0;
+	if (tr) {
+		const uint32_t to = PDMA_SLOT_HDR + words * 4u - 4u;
+		const uint32_t t = to == p->toff ? p->tval : pdma_vrt_get32(slot + to);
+		if (((t >> 8) & 0xfffu & ~(t >> 20)) || (!(t & PDMA_VRT_TR_E) && (t & 0x7fu)))
+			return 0;
+	}
+	plen = words * 4u - 28u - 4u * tr;
+	frac = ((uint64_t)p->fhi << 32) | p->flo;
+	if (frac >= c->sample_rate || plen == 0 || plen % c->bytes_per_sample || plen > c->max_payload)
+		return 0;
+	s = (uint64_t)p->tsi * c->sample_rate + frac;
+	spp = plen / c->bytes_per_sample;
+	if (s % spp)
+		return 0;
+	r->pkt = s / spp;
+	r->payload_off = 28;
+	r->payload_len = plen;
+	d->pkt = r->pkt;
+	d->stream_id = p->sid;
+	d->stream = PDMA_DFR_NO_STREAM;
+	d->count = (uint8_t)(((h >> 16) & 15u) | 0x10u);
+	return 1;
+}
+
 /* Host (single-threaded) stream lookup; returns index or -1 when full. */
 static inline int pdma_dfr_lookup_host(const struct pdma_dfr_config *c, uint64_t *keys,
 				       uint32_t id)

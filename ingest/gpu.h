@@ -63,6 +63,11 @@ struct pdma_gpu_bench {
 #define PDMA_GPU_COPY_SIMPLE 1   /* one 16-byte unit per thread, full grid */
 #define PDMA_GPU_COPY_SKEL1 2    /* payloads only (no parse, no tags), one contiguous output */
 #define PDMA_GPU_COPY_SKEL4 3    /* payloads only, four output streams like the deframer's */
+/* Probes of the two-pass header pass (time on the deframer's byte count):
+ * v11's header pass alone; its slot loads alone (prefix + trailer; prefix). */
+#define PDMA_GPU_COPY_HDR 4
+#define PDMA_GPU_COPY_TOUCH 5
+#define PDMA_GPU_COPY_TOUCHP 6
 
 struct pdma_gpu_ops {
 	uint32_t version;

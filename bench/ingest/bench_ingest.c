@@ -383,7 +383,7 @@ static void part_x(struct ctx *x)
 	static const uint32_t def[] = { 1024, 1500, 8192 };
 	static const char *items[] = { "d2d", "copy", "simple", "skel1", "skel4", "v5", "v5cs", "v5b4",
 				       "v5na", "v6", "v6b4", "v7s", "v7", "v7b4", "tma", "v6tma", "v8tp", "v9",
-				       "v9u8", "v10" };
+				       "v9u8", "v10", "v7f", "v11", "v12", "v13", "v13b3", "v13u2", "auto", "v11b3", "hdr", "touch", "touchp" };
 	const size_t nitems = sizeof(items) / sizeof(items[0]);
 	uint32_t sizes[8];
 	size_t nsizes = size_list(x, def, sizeof(def) / sizeof(def[0]), sizes);
@@ -400,7 +400,7 @@ static void part_x(struct ctx *x)
 	for (size_t k = 0; k < nsizes; k++)
 		printf(" %9u B      ", sizes[k]);
 	printf("\n");
-	double res[24][8];
+	double res[32][8];
 	for (size_t k = 0; k < nsizes; k++) {
 		uint32_t pkt = sizes[k], n;
 		struct pdma_ring r;
@@ -443,6 +443,12 @@ static void part_x(struct ctx *x)
 						e = x->ops.bench_copy(g, PDMA_GPU_COPY_SKEL1, dev, r.slot_size, n, iters(x, 20), &b);
 					else if (!strcmp(items[i], "skel4"))
 						e = x->ops.bench_copy(g, PDMA_GPU_COPY_SKEL4, dev, r.slot_size, n, iters(x, 20), &b);
+					else if (!strcmp(items[i], "hdr"))
+						e = x->ops.bench_copy(g, PDMA_GPU_COPY_HDR, dev, r.slot_size, n, iters(x, 20), &b);
+					else if (!strcmp(items[i], "touch"))
+						e = x->ops.bench_copy(g, PDMA_GPU_COPY_TOUCH, dev, r.slot_size, n, iters(x, 20), &b);
+					else if (!strcmp(items[i], "touchp"))
+						e = x->ops.bench_copy(g, PDMA_GPU_COPY_TOUCHP, dev, r.slot_size, n, iters(x, 20), &b);
 					else if ((e = x->ops.set_kernel(g, items[i])) == 0)
 						e = x->ops.bench_deframe(g, dev, r.slot_size, n, iters(x, 20), &b);
 					if (!e)

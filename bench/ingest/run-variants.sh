@@ -6,8 +6,10 @@
 # rings), bench_ingest (x) for the items ITEMS (copies and variants, comma
 # separated), (a) once per kernel of KERNELS (space separated), then, while
 # time is left, compute-sanitizer memcheck of test_deframer and, when
-# $NCU_REGEX is set, an ncu split of the matching kernels at 1 KiB (variant
-# $NCU_VARIANT). Logs under $OUT (at most 8 files come back).
+# $NCU_REGEX is set, an ncu split of the matching kernels at $NCU_SIZES
+# (default 1024; variant $NCU_VARIANT), with the sections $NCU_SECTIONS (space
+# separated, e.g. "WarpStateStats Occupancy") when given. Logs under $OUT (at
+# most 8 files come back).
 #   usage: bench/ingest/run-variants.sh DIR ITEMS "KERNELS"
 #   e.g.   bench/ingest/run-variants.sh .vrt-carry d2d,copy,v7s,v9,v10 "v7s v10"
 set -uo pipefail
@@ -39,20 +41,24 @@ for k in $KERNELS; do
 	PEERDMA_DFR_KERNEL=$k timeout 40 "$D/bench_ingest" --parts a --json "/tmp/a-$k.json" | tee "$OUT/a-$k.txt"
 	echo "(a) $k rc=$? ($SECONDS s)"
 done
-if command -v compute-sanitizer >/dev/null && [ "$SECONDS" -lt 170 ]; then
+if command -v compute-sanitizer >/dev/null && [ "$SECONDS" -lt 300 ]; then
 	echo "=== compute-sanitizer memcheck test_deframer ${DFR_TEST_ENV:-} ($SECONDS s so far)"
-	env ${DFR_TEST_ENV:-} timeout $((215 - SECONDS)) compute-sanitizer --tool memcheck --error-exitcode 9 \
+	env ${DFR_TEST_ENV:-} timeout $((420 - SECONDS)) compute-sanitizer --tool memcheck --error-exitcode 9 \
 		"$D/test_deframer" >"$OUT/sanitizer.log" 2>&1
 	echo "sanitizer rc=$?"
 	tail -n 3 "$OUT/sanitizer.log"
 fi
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-if [ -n "$NCU" ] && [ -n "${NCU_REGEX:-}" ] && [ "$SECONDS" -lt 205 ]; then
-	echo "=== ncu $NCU_REGEX, 1 KiB ($SECONDS s so far)"
-	PEERDMA_BENCH_WARMUP=0 timeout $((228 - SECONDS)) "$NCU" --clock-control none -k "regex:$NCU_REGEX" \
+if [ -n "$NCU" ] && [ -n "${NCU_REGEX:-}" ] && [ "$SECONDS" -lt 460 ]; then
+	echo "=== ncu $NCU_REGEX, ${NCU_SIZES:=1024} B ($SECONDS s so far)"
+	sec=()
+	for x in ${NCU_SECTIONS:-}; do sec+=(--section "$x"); done
+	PEERDMA_BENCH_WARMUP=0 timeout $((${NCU_LIMIT:-560} - SECONDS)) "$NCU" --clock-control none \
+		-k "regex:$NCU_REGEX" "${sec[@]}" \
 		--metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-		"$D/bench_ingest" --parts x --sizes 1024 --iters 1 --x "${NCU_VARIANT:-v7s}" >"$OUT/ncu.txt" 2>&1
+		"$D/bench_ingest" --parts x --sizes "$NCU_SIZES" --iters 1 --x "${NCU_VARIANT:-v7s}" \
+		>"$OUT/ncu.txt" 2>&1
 	echo "ncu rc=$?"
-	grep -E "^  [a-z_0-9 ]+.*\(|gpu__time" "$OUT/ncu.txt" | sed 's/(const unsigned char.*//; s/(pdma_dfr_config.*//' | head -12
+	grep -E "^  [a-z_0-9 ]+.*\(|gpu__time" "$OUT/ncu.txt" | sed 's/(const unsigned char.*//; s/(pdma_dfr_config.*//' | head -24
 fi
 date -u

@@ -68,7 +68,12 @@ struct pdma_gpu_dfr {
 	cudaStream_t cs[2];         /* v10: copy-pass stream per stream s[i] */
 	cudaEvent_t evh[2][TP_MAXK]; /* v10: header pass k done (on s[i]) */
 	cudaEvent_t evc[2];         /* v10: last copy pass done (on cs[i]) */
+	cudaStream_t hs[2];         /* v12: header-pass stream per s[i], highest priority */
+	cudaEvent_t ev0[2];         /* v12: batch start on s[i] */
 	uint32_t tpmin;             /* v10: fewest packets per sub-batch (TP_MINSUB) */
+	uint32_t tile_bytes;        /* v13: slot bytes per block tile */
+	uint32_t *hint_h, *hint_d;  /* v11, auto: longest payload seen (mapped host word; 0 unknown) */
+	uint32_t *d_pmax;           /* ... its device-side maximum */
 	struct {                    /* registered host ranges and their device aliases */
 		const uint8_t *p, *d;
 		size_t n;
@@ -108,6 +113,16 @@ __device__ static int dfr_lookup(const struct pdma_dfr_config *c, unsigned long 
 
 #define DFR_CACHE 64   /* stream-table entries cached in shared memory */
 
+/* Where a slot's trailer word is expected: after a DIFI prologue (28 bytes)
+ * and the payload length of the first stream (streams usually share it),
+ * for pdma_dfr_prefix() to load with the prefix; 0 when unknown or outside
+ * the slot. */
+__device__ __forceinline__ uint32_t dfr_toff(const uint32_t *s_plen, uint32_t ncache, uint32_t slot_size)
+{
+	const uint32_t pl = ncache ? s_plen[0] : 0, o = PDMA_SLOT_HDR + 28u + pl;
+	return pl && !(pl & 3) && pl < slot_size && o + 4 <= slot_size ? o : 0;
+}
+
 /* Header stage of one packet, run by one lane: validate, find the stream
  * (shared-memory copy of the table first; global compare-and-swap only when a
  * stream is first seen), check the payload size, and claim the output
@@ -120,18 +135,57 @@ struct vrt_scratch {
 	uint32_t pad;
 };
 
-template <bool SV>
+/* The general header stage out of line, results by value (so the caller's
+ * descriptor stays in registers): the fast-path variants' fallback without
+ * shared scratch, whose parser frame then lives in this function alone. */
+struct dfr_hres {
+	struct pdma_dfr_desc d;
+	struct pdma_dfr_pkt r;
+	int st;
+};
+
+__device__ __noinline__ static struct dfr_hres dfr_header_slow(struct pdma_dfr_config c, const uint8_t *slot,
+							    uint32_t slot_size)
+{
+	struct dfr_hres h;
+	h.st = pdma_dfr_header(&c, slot, slot_size, &h.d, &h.r);
+	return h;
+}
+
+/* FAST: try pdma_dfr_header_fast() first (three independent 16-byte loads of
+ * the slot's first 64 bytes, then the trailer), the general path only for
+ * what it declines. */
+template <bool SV, bool FAST>
 __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
 			       unsigned long long *s_keys, uint32_t *s_plen, uint32_t ncache,
 			       const uint8_t *slot, uint32_t slot_size, struct pdma_dfr_desc &d,
-			       uint32_t &off, uint32_t &len, unsigned long long &dst, struct vrt_scratch *sv)
+			       uint32_t &off, uint32_t &len, unsigned long long &dst, struct vrt_scratch *sv,
+			       uint32_t toff = 0, const struct pdma_dfr_pre *pp = nullptr)
 {
 	struct pdma_dfr_pkt r;
-	int st;
-	if constexpr (SV)
-		st = pdma_dfr_header_v(&c, slot, slot_size, &d, &r, &sv->v);
-	else
-		st = pdma_dfr_header(&c, slot, slot_size, &d, &r);
+	int st = PDMA_DFR_ST_DATA;
+	bool done = false;
+	if constexpr (FAST) {
+		if (pp) {
+			done = pdma_dfr_header_fast(&c, slot, slot_size, pp, &d, &r);
+		} else if (slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)slot & 15)) {
+			struct pdma_dfr_pre pre;
+			pdma_dfr_prefix(slot, toff, &pre);
+			done = pdma_dfr_header_fast(&c, slot, slot_size, &pre, &d, &r);
+		}
+	}
+	if (!done) {
+		if constexpr (SV) {
+			st = pdma_dfr_header_v(&c, slot, slot_size, &d, &r, &sv->v);
+		} else if constexpr (FAST) {
+			const struct dfr_hres h = dfr_header_slow(c, slot, slot_size);
+			d = h.d;
+			r = h.r;
+			st = h.st;
+		} else {
+			st = pdma_dfr_header(&c, slot, slot_size, &d, &r);
+		}
+	}
 	if (st < 0)
 		return st;
 	unsigned long long want = (1ull << 32) | d.stream_id;
@@ -471,7 +525,7 @@ __device__ static bool dfr_copy_tma(const uint8_t *myslot, uint8_t *out, uint32_
  * stage of one of them (so the serial, branchy parse costs 1/32 of the issue
  * slots it would cost with one warp per packet), then the whole warp copies
  * the group's payloads (dfr_copy_group, or bulk copies when TMA). */
-template <int MINB, int R, bool CS, bool TMA, bool NA, bool LD16, bool SV>
+template <int MINB, int R, bool CS, bool TMA, bool NA, bool LD16, bool SV, bool FAST>
 __global__ void __launch_bounds__(256, MINB)
 	dfr_kernel(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
 		   uint32_t slot_size, uint32_t n, uint32_t group, struct pdma_dfr_desc *desc)
@@ -502,6 +556,7 @@ __global__ void __launch_bounds__(256, MINB)
 		s_plen[k] = *(volatile uint32_t *)&t.plen[k];
 	}
 	__syncthreads();
+	const uint32_t toff = FAST ? dfr_toff(s_plen, ncache, slot_size) : 0;
 
 	/* Lane j of warp w takes packet it * warps * group + j * warps + w: the
 	 * warps copy their lane-0 packets, then their lane-1 packets, ..., so at
@@ -515,8 +570,8 @@ __global__ void __launch_bounds__(256, MINB)
 		const uint8_t *myslot = slots + (size_t)(i < n ? i : 0) * slot_size;
 		if (lane < group && i < n) {
 			struct pdma_dfr_desc d;
-			int st = dfr_lane<SV>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
-					      &s_v[SV ? threadIdx.x : 0]);
+			int st = dfr_lane<SV, FAST>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
+					      &s_v[SV ? threadIdx.x : 0], toff);
 			d.status = (int8_t)st;
 			if (desc)
 				desc[i] = d;
@@ -552,13 +607,37 @@ __global__ void __launch_bounds__(256, MINB)
  * The partial first and last windows take 4-byte (else byte) stores.
  * Measured on the H100: about half of v7s's rate (bench/ingest/NOTES.md,
  * "Version 8 try"); kept as a variant, not the default. */
+/* One thread copies a whole payload (v11's rare overflow case). */
+__device__ static void copy_serial(uint8_t *d, const uint8_t *s, uint32_t len)
+{
+	if ((((uintptr_t)d | (uintptr_t)s | len) & 3) == 0) {
+		for (uint32_t k = 0; k < len; k += 4)
+			*(uint32_t *)(d + k) = *(const uint32_t *)(s + k);
+	} else {
+		for (uint32_t k = 0; k < len; k++)
+			d[k] = s[k];
+	}
+}
+
+/* FAST (v11): stride is the copy pass's windows per packet, from the host's
+ * hint (the longest payload it knows of, hint bytes; 0: the slot geometry's
+ * bound, which every packet fits). A payload wider than that (a new, longer
+ * stream) is copied here by its header thread and left out of the work list;
+ * every block that saw a payload longer than the hint raises the device-side
+ * maximum *pmax and writes the result to the host's hint word (*hhint, mapped
+ * host memory), so the next launch's stride covers it. The copy pass never
+ * depends on the hint being right, only its width does. */
+template <bool FAST>
 __global__ void __launch_bounds__(256)
 	dfr_tp_hdr(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
-		   uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl, uint32_t seq)
+		   uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl, uint32_t seq,
+		   uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint, uint32_t toff)
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
-	__shared__ struct vrt_scratch s_v[256];
+	/* The fast path needs no parser scratch (its fallback keeps a frame of
+	 * its own): 38 KiB less shared memory per block, more resident blocks. */
+	__shared__ struct vrt_scratch s_v[FAST ? 1 : 256];
 	__shared__ uint32_t s_red[2];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	/* The copy pass (launched with programmatic stream serialization) may
@@ -568,6 +647,17 @@ __global__ void __launch_bounds__(256)
 #endif
 	const uint32_t lane = threadIdx.x & 31;
 	const uint32_t ncache = c.max_streams < DFR_CACHE ? c.max_streams : DFR_CACHE;
+	const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+	/* FAST: the slot's prefix is loaded before the stream table, so the
+	 * two round trips overlap. */
+	struct pdma_dfr_pre pre;
+	bool pre_ok = false;
+	if constexpr (FAST) {
+		if (i < n && slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15)) {
+			pdma_dfr_prefix(slots + (size_t)i * slot_size, toff, &pre);
+			pre_ok = true;
+		}
+	}
 	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
 		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
 		s_plen[k] = *(volatile uint32_t *)&t.plen[k];
@@ -575,20 +665,38 @@ __global__ void __launch_bounds__(256)
 	if (threadIdx.x < 2)
 		s_red[threadIdx.x] = 0;
 	__syncthreads();
-	const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
 	uint32_t off = 0, len = 0;
 	unsigned long long dst = 0;
 	if (i < n) {
 		const uint8_t *myslot = slots + (size_t)i * slot_size;
 		struct pdma_dfr_desc d;
-		int st = dfr_lane<true>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
-					&s_v[threadIdx.x]);
+		int st = dfr_lane<!FAST, FAST>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
+					       &s_v[FAST ? 0 : threadIdx.x], 0, pre_ok ? &pre : nullptr);
 		d.status = (int8_t)st;
 		if (desc)
 			desc[i] = d;
 		if (!len)
 			off = 0;
-		wl[1 + i] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), off, len);
+		uint32_t wlen = len;
+		if constexpr (FAST) {
+			const uintptr_t a = (uintptr_t)(t.out + dst);
+			if (len && (uint32_t)(((a + len + 15) >> 4) - (a >> 4)) > stride) {
+				copy_serial(t.out + dst, myslot + off, len);
+				wlen = 0;
+			}
+		}
+		wl[1 + i] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), wlen ? off : 0, wlen);
+	}
+	if constexpr (FAST) {
+		const uint32_t nw = __reduce_max_sync(0xffffffffu, len > hint ? len : 0u);
+		if (lane == 0 && nw)
+			atomicMax(&s_red[0], nw);
+		__syncthreads();
+		if (threadIdx.x == 0 && s_red[0]) {
+			const uint32_t old = atomicMax(pmax, s_red[0]);
+			*(volatile uint32_t *)hhint = old > s_red[0] ? old : s_red[0];
+		}
+		return;
 	}
 	const uint32_t mis = len && ((((uintptr_t)(t.out + dst)) | len) & 15) != 0;
 	const uint32_t mx = __reduce_max_sync(0xffffffffu, len), mo = __reduce_or_sync(0xffffffffu, mis);
@@ -687,16 +795,14 @@ __global__ void __launch_bounds__(256)
  * store for a full window, 4-byte or byte stores for the partial first and
  * last windows). The source address is the packet's slot (index * slot size)
  * plus the work list's payload offset. */
-template <int U, int MINB>
-__global__ void __launch_bounds__(256, MINB)
-	dfr_v9_copy(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
-		    uint8_t *out, const uint4 *__restrict__ wl)
+/* Units base, base + 256, ..., base + 256 * (U - 1) of a copy grid over
+ * packets of `stride` windows each: unit k is window k % stride of packet
+ * k / stride, whose slot is slots + (k / stride) * slot_size and whose
+ * work-list entry is entry(k / stride). Units >= total do nothing. */
+template <int U, typename E>
+__device__ __forceinline__ void copy_windows(const uint8_t *__restrict__ slots, uint32_t slot_size,
+					     uint32_t stride, uint8_t *out, uint32_t base, uint32_t total, E entry)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-	const uint32_t total = n * stride; /* < 2^32: checked on the host */
-	const uint32_t base = blockIdx.x * (256u * U) + threadIdx.x;
 	uint4 e[U];
 	uint32_t p[U], u[U];
 #pragma unroll
@@ -704,7 +810,7 @@ __global__ void __launch_bounds__(256, MINB)
 		const uint32_t k = base + 256u * q;
 		p[q] = k / stride;
 		u[q] = k - p[q] * stride;
-		e[q] = k < total ? __ldg(&wl[1 + p[q]]) : make_uint4(0, 0, 0, 0);
+		e[q] = k < total ? entry(p[q]) : make_uint4(0, 0, 0, 0);
 	}
 	uint4 l0[U], l1[U];
 	uintptr_t aw[U];
@@ -754,6 +860,71 @@ __global__ void __launch_bounds__(256, MINB)
 					((uint8_t *)aw[q])[j] = (uint8_t)(wd[j >> 2] >> (8 * (j & 3)));
 		}
 	}
+}
+
+template <int U, int MINB>
+__global__ void __launch_bounds__(256, MINB)
+	dfr_v9_copy(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
+		    uint8_t *out, const uint4 *__restrict__ wl)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+	/* n * stride < 2^32: checked on the host */
+	copy_windows<U>(slots, slot_size, stride, out, blockIdx.x * (256u * U) + threadIdx.x, n * stride,
+			[&](uint32_t p) { return __ldg(&wl[1 + p]); });
+}
+
+/* ---- one pass, per block (v13) ----
+ * Block b deframes the tile of P packets [b * P, (b + 1) * P): thread j runs
+ * the header stage of packet j of the tile (the fast path, its slot prefix
+ * loaded before the stream table so the two round trips overlap) and leaves
+ * its work-list entry in shared memory; then the whole block copies the
+ * tile's payloads as v9's copy pass does (16-byte output windows, U per
+ * thread per round, all loads before any store). Header and payload of a
+ * packet are read microseconds apart, so the trailer's sector is still in
+ * L2 for the copy (the two-pass variants fetch it from DRAM twice), and the
+ * blocks resident beside one in its header stage keep DRAM busy. The grid is
+ * sized to the batch (n / P blocks, P from the host: about 64 KiB of slots
+ * per tile). */
+template <int U, int MINB>
+__global__ void __launch_bounds__(256, MINB)
+	dfr_v13(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
+		uint32_t slot_size, uint32_t n, uint32_t P, uint32_t stride, struct pdma_dfr_desc *desc)
+{
+	__shared__ unsigned long long s_keys[DFR_CACHE];
+	__shared__ uint32_t s_plen[DFR_CACHE];
+	__shared__ uint4 s_wl[256];
+	const uint32_t tile0 = blockIdx.x * P, cnt = min(P, n - tile0);
+	const uint8_t *tslots = slots + (size_t)tile0 * slot_size;
+	const uint32_t ncache = c.max_streams < DFR_CACHE ? c.max_streams : DFR_CACHE;
+	const uint8_t *myslot = tslots + (size_t)threadIdx.x * slot_size;
+	struct pdma_dfr_pre pre;
+	bool pre_ok = false;
+	if (threadIdx.x < cnt && slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)myslot & 15)) {
+		pdma_dfr_prefix(myslot, 0, &pre);
+		pre_ok = true;
+	}
+	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
+		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
+		s_plen[k] = *(volatile uint32_t *)&t.plen[k];
+	}
+	__syncthreads();
+	if (threadIdx.x < cnt) {
+		struct pdma_dfr_desc d;
+		uint32_t off = 0, len = 0;
+		unsigned long long dst = 0;
+		int st = dfr_lane<false, true>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
+					       nullptr, 0, pre_ok ? &pre : nullptr);
+		d.status = (int8_t)st;
+		if (desc)
+			desc[tile0 + threadIdx.x] = d;
+		s_wl[threadIdx.x] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), len ? off : 0, len);
+	}
+	__syncthreads();
+	const uint32_t total = cnt * stride;
+	for (uint32_t b = threadIdx.x; b < total; b += 256u * U)
+		copy_windows<U>(tslots, slot_size, stride, t.out, b, total, [&](uint32_t p) { return s_wl[p]; });
 }
 
 /* ---- copies for the measurements (bench_copy) ---- */
@@ -815,6 +986,25 @@ __global__ void __launch_bounds__(256, 3)
 	}
 }
 
+/* Bench probes of the header pass's memory access (bench_copy kinds TOUCH,
+ * TOUCHP): per packet the three 16-byte loads of the slot's first 64 bytes
+ * and, with TR, the trailer word the datagram length points at, folded into
+ * one word per packet so that nothing is optimized away. */
+template <bool TR>
+__global__ void __launch_bounds__(256)
+	hdr_touch(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t *sink)
+{
+	const uint32_t i = blockIdx.x * 256 + threadIdx.x;
+	if (i >= n)
+		return;
+	const uint4 *q = (const uint4 *)(slots + (size_t)i * slot_size);
+	const uint4 a = q[0], b = q[2], e = q[3];
+	uint32_t x = a.x ^ b.y ^ b.z ^ b.w ^ e.x ^ e.y ^ e.z ^ e.w;
+	if (TR && a.x >= 4 && a.x <= slot_size - PDMA_SLOT_HDR)
+		x ^= *(const uint32_t *)((const uint8_t *)q + PDMA_SLOT_HDR + (a.x & ~3u) - 4);
+	sink[i] = x;
+}
+
 /* ---- kernel variants ---- */
 
 struct kvar {
@@ -827,33 +1017,53 @@ struct kvar {
 	bool tp;        /* two-pass: fn is the header pass, a copy pass follows (stream launch) */
 	const void *cp; /* two-pass copy kernel with host-side stride (v9), else dfr_tp_copy */
 	uint32_t cu;    /* its 16-byte units per thread */
-	bool ov;        /* v10: sub-batches, header pass k + 1 overlapping copy pass k */
+	int ov;         /* sub-batches, header pass k + 1 overlapping copy pass k: 1 (v10) header
+			 * passes on the caller's stream, 2 (v12) on a high-priority stream */
+	bool fused;     /* v13: one pass, header stage and copy per block tile (fn) */
+	bool dyn;       /* v11, auto: copy stride from the longest payload seen (hint) */
+	bool autosel;   /* auto: v11 when that payload is >= AUTO_MIN_PAYLOAD, else DFR_FALLBACK_KV */
 };
 
 static const struct kvar KV[] = {
-	/* 0 */ { "v5", (const void *)dfr_kernel<3, 8, false, false, false, false, false>, 3, 0, false, 0 },
-	/* 1 */ { "v5cs", (const void *)dfr_kernel<3, 8, true, false, false, false, false>, 3, 0, false, 1 },
-	/* 2 */ { "v5b4", (const void *)dfr_kernel<4, 4, false, false, false, false, false>, 4, 0, false, 2 },
-	/* 3 */ { "v5na", (const void *)dfr_kernel<3, 8, false, false, true, false, false>, 3, 0, false, 3 },
-	/* 4 */ { "v6", (const void *)dfr_kernel<3, 8, false, false, true, true, false>, 3, 0, false, 4 },
-	/* 5 */ { "v6b4", (const void *)dfr_kernel<4, 4, false, false, true, true, false>, 4, 0, false, 5 },
-	/* 6 */ { "v7s", (const void *)dfr_kernel<3, 8, false, false, false, false, true>, 3, 0, false, 6 },
-	/* 7 */ { "v7", (const void *)dfr_kernel<3, 8, false, false, true, true, true>, 3, 0, false, 7 },
-	/* 8 */ { "v7b4", (const void *)dfr_kernel<4, 4, false, false, true, true, true>, 4, 0, false, 8 },
-	/* 9 */ { "tma", (const void *)dfr_kernel<3, 8, false, true, false, false, false>, 3, TMA_SMEM, true, 0 },
-	/* 10 */ { "v6tma", (const void *)dfr_kernel<3, 8, false, true, true, true, false>, 3, TMA_SMEM, true, 4 },
-	/* 11 */ { "v8tp", (const void *)dfr_tp_hdr, 3, 0, false, 11, true },
-	/* 12 */ { "v9", (const void *)dfr_tp_hdr, 3, 0, false, 12, true, (const void *)dfr_v9_copy<4, 4>, 4 },
-	/* 13 */ { "v9u8", (const void *)dfr_tp_hdr, 3, 0, false, 13, true, (const void *)dfr_v9_copy<8, 2>, 8 },
-	/* 14 */ { "v10", (const void *)dfr_tp_hdr, 3, 0, false, 14, true, (const void *)dfr_v9_copy<4, 4>, 4, true },
+	/* 0 */ { "v5", (const void *)dfr_kernel<3, 8, false, false, false, false, false, false>, 3, 0, false, 0 },
+	/* 1 */ { "v5cs", (const void *)dfr_kernel<3, 8, true, false, false, false, false, false>, 3, 0, false, 1 },
+	/* 2 */ { "v5b4", (const void *)dfr_kernel<4, 4, false, false, false, false, false, false>, 4, 0, false, 2 },
+	/* 3 */ { "v5na", (const void *)dfr_kernel<3, 8, false, false, true, false, false, false>, 3, 0, false, 3 },
+	/* 4 */ { "v6", (const void *)dfr_kernel<3, 8, false, false, true, true, false, false>, 3, 0, false, 4 },
+	/* 5 */ { "v6b4", (const void *)dfr_kernel<4, 4, false, false, true, true, false, false>, 4, 0, false, 5 },
+	/* 6 */ { "v7s", (const void *)dfr_kernel<3, 8, false, false, false, false, true, false>, 3, 0, false, 6 },
+	/* 7 */ { "v7", (const void *)dfr_kernel<3, 8, false, false, true, true, true, false>, 3, 0, false, 7 },
+	/* 8 */ { "v7b4", (const void *)dfr_kernel<4, 4, false, false, true, true, true, false>, 4, 0, false, 8 },
+	/* 9 */ { "tma", (const void *)dfr_kernel<3, 8, false, true, false, false, false, false>, 3, TMA_SMEM, true, 0 },
+	/* 10 */ { "v6tma", (const void *)dfr_kernel<3, 8, false, true, true, true, false, false>, 3, TMA_SMEM, true, 4 },
+	/* 11 */ { "v8tp", (const void *)dfr_tp_hdr<false>, 3, 0, false, 11, true },
+	/* 12 */ { "v9", (const void *)dfr_tp_hdr<false>, 3, 0, false, 12, true, (const void *)dfr_v9_copy<4, 4>, 4 },
+	/* 13 */ { "v9u8", (const void *)dfr_tp_hdr<false>, 3, 0, false, 13, true, (const void *)dfr_v9_copy<8, 2>, 8 },
+	/* 14 */ { "v10", (const void *)dfr_tp_hdr<false>, 3, 0, false, 14, true, (const void *)dfr_v9_copy<4, 4>, 4, 1 },
+	/* 15 */ { "v7f", (const void *)dfr_kernel<3, 8, false, false, false, false, true, true>, 3, 0, false, 15 },
+	/* 16 */ { "v11", (const void *)dfr_tp_hdr<true>, 3, 0, false, 16, true, (const void *)dfr_v9_copy<4, 4>, 4, 0,
+		   false, true },
+	/* 17 */ { "v12", (const void *)dfr_tp_hdr<true>, 3, 0, false, 17, true, (const void *)dfr_v9_copy<4, 4>, 4, 2,
+		   false, true },
+	/* 18 */ { "v13", (const void *)dfr_v13<4, 4>, 4, 0, false, 18, true, nullptr, 4, 0, true },
+	/* 19 */ { "v13b3", (const void *)dfr_v13<4, 3>, 3, 0, false, 19, true, nullptr, 4, 0, true },
+	/* 20 */ { "v13u2", (const void *)dfr_v13<2, 6>, 6, 0, false, 20, true, nullptr, 2, 0, true },
+	/* 21 */ { "auto", (const void *)dfr_tp_hdr<true>, 3, 0, false, 21, true, (const void *)dfr_v9_copy<4, 4>, 4, 0,
+		   false, true, true },
+	/* 22 */ { "v11b3", (const void *)dfr_tp_hdr<true>, 3, 0, false, 22, true, (const void *)dfr_v9_copy<4, 3>, 4, 0,
+		   false, true },
 };
 #define NKV (sizeof(KV) / sizeof(KV[0]))
 /* The default: v7s, the best mean ratio to the D2D copy over 1 KiB, 1500 B and
  * 8 KiB packets on the H100 (bench/ingest/NOTES.md, bench/results/ingest.txt). */
-#define DFR_DEFAULT_KV 6
+#define DFR_DEFAULT_KV 21
 /* What a two-pass variant falls back to for batches too large for its copy
  * grid (a one-pass variant). */
 #define DFR_FALLBACK_KV 6
+/* auto: the shortest payload (bytes) for which the two-pass v11 runs. */
+#ifndef AUTO_MIN_PAYLOAD
+#define AUTO_MIN_PAYLOAD 768u
+#endif
 
 /* Launch shape for n packets: packets per warp as many as 32 (the header
  * stage is then shared by a full warp), but few enough that every resident
@@ -939,7 +1149,28 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	uint32_t lmax = g->c.max_payload;
 	if (kv->cp)
 		lmax = std::min(lmax, slot_size > PDMA_SLOT_HDR + 4 ? slot_size - PDMA_SLOT_HDR - 4 : 0u);
+	/* v11, auto: the longest payload seen so far, when known, narrows it. */
+	const uint32_t hint = kv->dyn ? *(volatile uint32_t *)g->hint_h : 0;
+	if (hint && hint < lmax)
+		lmax = hint;
 	const uint32_t stride = (lmax + 15) / 16 + 1;
+	/* As the header pass sees it: no packet can pass lmax, so a hint above
+	 * the geometry's bound is not news to report again. */
+	const uint32_t hintk = hint ? lmax : 0;
+	/* Where the trailer is when the payload is that longest one (the usual
+	 * case: streams of one size): loaded with the prefix (pdma_dfr_prefix). */
+	uint32_t toff = hint ? PDMA_SLOT_HDR + 28u + hint : 0;
+	if ((toff & 3) || toff + 4 > slot_size)
+		toff = 0;
+	if (kv->fused) {
+		/* v13: tiles of about g->tile_bytes of slots, 16 to 256 packets. */
+		uint32_t P = std::max(16u, std::min(256u, g->tile_bytes / std::max(slot_size, 1u)));
+		uint32_t blocks = (n + P - 1) / P;
+		const uint8_t *sl = (const uint8_t *)slots;
+		void *a[] = { &g->c, &g->t, &sl, &slot_size, &n, &P, (void *)&stride, &d_desc };
+		CK(g, cudaLaunchKernel(kv->fn, dim3(blocks), dim3(256), a, 0, s));
+		return 0;
+	}
 	const uint64_t thr = (uint64_t)n * stride;
 	if (thr >= (1ull << 32) - 8192)
 		return 1;
@@ -970,14 +1201,24 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 		uint32_t m = (n + nk - 1) / nk;
 		m = (m + 255) & ~255u;
 		uint32_t k = 0;
+		/* v12: the header passes on hs[si], whose high priority lets their
+		 * blocks in as soon as copy blocks retire; hs starts after the work
+		 * already on s (the previous batch's copies read this work list). */
+		cudaStream_t hst = s;
+		if (kv->ov == 2) {
+			hst = g->hs[si];
+			CK(g, cudaEventRecord(g->ev0[si], s));
+			CK(g, cudaStreamWaitEvent(hst, g->ev0[si], 0));
+		}
 		for (uint32_t o = 0; o < n; o += m, k++) {
 			const uint32_t cnt = std::min(m, n - o);
 			const uint8_t *sl = (const uint8_t *)slots + (size_t)o * slot_size;
 			uint4 *wk = g->tpwl[si] + o + k;
-			dfr_tp_hdr<<<(cnt + 255) / 256, 256, 0, s>>>(g->c, g->t, sl, slot_size, cnt,
-								     d_desc ? d_desc + o : NULL, wk, seq);
-			CK(g, cudaGetLastError());
-			CK(g, cudaEventRecord(g->evh[si][k], s));
+			struct pdma_dfr_desc *dk = d_desc ? d_desc + o : NULL;
+			void *ha[] = { &g->c, &g->t, &sl, &slot_size, (void *)&cnt, &dk, &wk, (void *)&seq,
+				       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d, &toff };
+			CK(g, cudaLaunchKernel(kv->fn, dim3((cnt + 255) / 256), dim3(256), ha, 0, hst));
+			CK(g, cudaEventRecord(g->evh[si][k], hst));
 			CK(g, cudaStreamWaitEvent(g->cs[si], g->evh[si][k], 0));
 			const uint64_t tk = (uint64_t)cnt * stride;
 			const uint4 *wlc = wk;
@@ -990,9 +1231,12 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 		CK(g, cudaStreamWaitEvent(s, g->evc[si], 0));
 		return 0;
 	}
-	dfr_tp_hdr<<<(n + 255) / 256, 256, 0, s>>>(g->c, g->t, (const uint8_t *)slots, slot_size, n, d_desc,
-						   g->tpwl[si], seq);
-	CK(g, cudaGetLastError());
+	{
+		const uint8_t *sl = (const uint8_t *)slots;
+		void *ha[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &g->tpwl[si], (void *)&seq,
+			       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d, &toff };
+		CK(g, cudaLaunchKernel(kv->fn, dim3((n + 255) / 256), dim3(256), ha, 0, s));
+	}
 	/* Programmatic dependent launch: the copy grid's launch overlaps the
 	 * header pass's tail (it waits for its completion on the device). */
 	cudaLaunchConfig_t cfg;
@@ -1026,6 +1270,14 @@ static int launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size,
 	struct kplan k;
 	if (!n)
 		return 0;
+	if (g->kv->autosel && *(volatile uint32_t *)g->hint_h < AUTO_MIN_PAYLOAD) {
+		/* auto: payloads short (or not yet seen): the one-pass kernel. */
+		const struct kvar *was = g->kv;
+		g->kv = &KV[DFR_FALLBACK_KV];
+		make_kplan(g, slots, slot_size, n, d_desc, on_device, &k);
+		g->kv = was;
+		return klaunch(g, &k, s);
+	}
 	if (g->kv->tp) {
 		int r = launch_tp(g, slots, slot_size, n, d_desc, s);
 		if (r <= 0)
@@ -1335,7 +1587,9 @@ static int g_reset(struct pdma_gpu_dfr *g)
 	CK(g, cudaMemset(g->t.plen, 0, ns * sizeof(uint32_t)));
 	CK(g, cudaMemset(g->t.tags, 0, tags * sizeof(uint64_t)));
 	CK(g, cudaMemset(g->t.out, 0, tags * g->c.max_payload));
+	CK(g, cudaMemset(g->d_pmax, 0, sizeof(uint32_t)));
 	CK(g, cudaDeviceSynchronize());
+	*(volatile uint32_t *)g->hint_h = 0;
 	return 0;
 }
 
@@ -1351,6 +1605,9 @@ static void g_close(struct pdma_gpu_dfr *g)
 		return;
 	graph_flush(g);
 	free(g->gc);
+	cudaFree(g->d_pmax);
+	if (g->hint_h)
+		cudaFreeHost(g->hint_h);
 	cudaFree(g->t.keys);
 	cudaFree(g->t.plen);
 	cudaFree(g->t.tags);
@@ -1367,6 +1624,10 @@ static void g_close(struct pdma_gpu_dfr *g)
 			cudaEventDestroy(g->ev[i]);
 		if (g->cs[i])
 			cudaStreamDestroy(g->cs[i]);
+		if (g->hs[i])
+			cudaStreamDestroy(g->hs[i]);
+		if (g->ev0[i])
+			cudaEventDestroy(g->ev0[i]);
 		if (g->evc[i])
 			cudaEventDestroy(g->evc[i]);
 		for (int k = 0; k < TP_MAXK; k++)
@@ -1447,17 +1708,28 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 								 cudaSharedmemCarveoutMaxShared) == cudaSuccess;
 		cudaGetLastError();
 	}
+	OPEN_CK(cudaMalloc(&g->d_pmax, sizeof(uint32_t)));
+	OPEN_CK(cudaMemset(g->d_pmax, 0, sizeof(uint32_t)));
+	OPEN_CK(cudaHostAlloc((void **)&g->hint_h, sizeof(uint32_t), cudaHostAllocMapped));
+	*g->hint_h = 0;
+	OPEN_CK(cudaHostGetDevicePointer((void **)&g->hint_d, g->hint_h, 0));
 	OPEN_CK(cudaMalloc(&g->t.keys, ns * sizeof(uint64_t)));
 	OPEN_CK(cudaMalloc(&g->t.plen, ns * sizeof(uint32_t)));
 	OPEN_CK(cudaMalloc(&g->t.tags, tags * sizeof(uint64_t)));
 	OPEN_CK(cudaMalloc(&g->t.out, tags * c->max_payload));
-	for (int i = 0; i < 2; i++) {
-		OPEN_CK(cudaStreamCreateWithFlags(&g->s[i], cudaStreamNonBlocking));
-		OPEN_CK(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
-		OPEN_CK(cudaStreamCreateWithFlags(&g->cs[i], cudaStreamNonBlocking));
-		OPEN_CK(cudaEventCreateWithFlags(&g->evc[i], cudaEventDisableTiming));
-		for (int k = 0; k < TP_MAXK; k++)
-			OPEN_CK(cudaEventCreateWithFlags(&g->evh[i][k], cudaEventDisableTiming));
+	{
+		int prio_lo = 0, prio_hi = 0;
+		OPEN_CK(cudaDeviceGetStreamPriorityRange(&prio_lo, &prio_hi));
+		for (int i = 0; i < 2; i++) {
+			OPEN_CK(cudaStreamCreateWithFlags(&g->s[i], cudaStreamNonBlocking));
+			OPEN_CK(cudaStreamCreateWithPriority(&g->hs[i], cudaStreamNonBlocking, prio_hi));
+			OPEN_CK(cudaEventCreateWithFlags(&g->ev0[i], cudaEventDisableTiming));
+			OPEN_CK(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
+			OPEN_CK(cudaStreamCreateWithFlags(&g->cs[i], cudaStreamNonBlocking));
+			OPEN_CK(cudaEventCreateWithFlags(&g->evc[i], cudaEventDisableTiming));
+			for (int k = 0; k < TP_MAXK; k++)
+				OPEN_CK(cudaEventCreateWithFlags(&g->evh[i][k], cudaEventDisableTiming));
+		}
 	}
 	if ((env = getenv("PEERDMA_GPU_LAUNCH")) && *env) {
 		if (!strcmp(env, "stream"))
@@ -1468,6 +1740,9 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	/* PEERDMA_DFR_V10_MIN: v10's fewest packets per sub-batch (tests set it
 	 * low so that their small rings take the sub-batch path). */
 	g->tpmin = TP_MINSUB;
+	g->tile_bytes = 65536;
+	if ((env = getenv("PEERDMA_DFR_TILE")) && *env)
+		g->tile_bytes = (uint32_t)strtoul(env, NULL, 10);
 	if ((env = getenv("PEERDMA_DFR_V10_MIN")) && *env)
 		g->tpmin = (uint32_t)strtoul(env, NULL, 10);
 	if (!g->tpmin)
@@ -1727,6 +2002,31 @@ static int g_bench_copy(struct pdma_gpu_dfr *g, int kind, const void *dev_slots,
 		if (ret)
 			return ret;
 		fill(r, sec, 32.0 * (double)n16);
+		return 0;
+	}
+	if (kind == PDMA_GPU_COPY_HDR || kind == PDMA_GPU_COPY_TOUCH || kind == PDMA_GPU_COPY_TOUCHP) {
+		void *buf;
+		CK(g, cudaMalloc(&buf, ((size_t)n + 1) * sizeof(uint4)));
+		const uint32_t blocks = (n + 255) / 256;
+		ret = timed(g, iters, [&]() { return kind == PDMA_GPU_COPY_HDR ? reset_tags(g, g->s[0]) : 0; },
+			    [&]() {
+			if (kind == PDMA_GPU_COPY_HDR)
+				dfr_tp_hdr<true><<<blocks, 256, 0, g->s[0]>>>(g->c, g->t, (const uint8_t *)dev_slots,
+									      slot_size, n, NULL, (uint4 *)buf, 1,
+									      ~0u >> 4, ~0u, g->d_pmax, g->hint_d, 0u);
+			else if (kind == PDMA_GPU_COPY_TOUCH)
+				hdr_touch<true><<<blocks, 256, 0, g->s[0]>>>((const uint8_t *)dev_slots, slot_size, n,
+									     (uint32_t *)buf);
+			else
+				hdr_touch<false><<<blocks, 256, 0, g->s[0]>>>((const uint8_t *)dev_slots, slot_size, n,
+									      (uint32_t *)buf);
+			CK(g, cudaGetLastError());
+			return 0;
+		}, &sec);
+		cudaFree(buf);
+		if (ret)
+			return ret;
+		fill(r, sec, bytes);
 		return 0;
 	}
 	if (kind != PDMA_GPU_COPY_SKEL1 && kind != PDMA_GPU_COPY_SKEL4)

@@ -281,6 +281,119 @@ static void test_gen(void **state)
 	pdma_gen_close(g);
 }
 
+/* The header stage's fast path (the GPU's) against the general path: every
+ * data packet the generator makes (sizes, with and without trailer) takes the
+ * fast path with the same result; context packets and each malformed variant
+ * of a good packet are left to the general path (fast path returns 0). */
+static int fast_vs_general(const struct pdma_dfr_config *c, const uint8_t *slot, uint32_t slot_size)
+{
+	struct pdma_dfr_pre pre;
+	struct pdma_dfr_desc d, fd;
+	struct pdma_dfr_pkt r = { 0 }, fr;
+	const uint32_t len = ((const struct pdma_slot_hdr *)slot)->len;
+	int st = pdma_dfr_header(c, slot, slot_size, &d, &r), f = -1;
+	/* The trailer guess (none, the datagram's last word, a wrong word)
+	 * never changes the result. */
+	const uint32_t guess[3] = { 0, PDMA_SLOT_HDR + (len & ~3u) - 4, PDMA_SLOT_HDR + 28 };
+	for (int k = 0; k < 3; k++) {
+		if (guess[k] + 4 > slot_size || (k == 1 && len < 4))
+			continue;
+		pdma_dfr_prefix(slot, guess[k], &pre);
+		int fk = pdma_dfr_header_fast(c, slot, slot_size, &pre, &fd, &fr);
+		assert_true(f < 0 || fk == f);
+		f = fk;
+		if (!fk)
+			continue;
+		assert_int_equal(st, PDMA_DFR_ST_DATA);
+		assert_true(fd.pkt == d.pkt && fr.pkt == r.pkt);
+		assert_int_equal(fd.stream_id, d.stream_id);
+		assert_int_equal(fd.stream, d.stream);
+		assert_int_equal(fd.count, d.count);
+		assert_int_equal(fr.payload_off, r.payload_off);
+		assert_int_equal(fr.payload_len, r.payload_len);
+	}
+	return f;
+}
+
+static void test_header_fast(void **state)
+{
+	static const uint32_t sizes[] = { 64, 256, 1024, 1500, 8192 };
+	static uint8_t slot[PDMA_SLOT_HDR + 8192 + 64];
+	struct pdma_dfr_config c;
+	(void)state;
+
+	pdma_dfr_config_default(&c);
+	c.max_payload = 8192;
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		for (int tr = 0; tr < 2; tr++) {
+			struct pdma_gen_config gc;
+			struct pdma_gen *g;
+			uint32_t si;
+			int n, data = 0, ctx = 0;
+			pdma_gen_config_default(&gc);
+			gc.packet_size = sizes[k];
+			gc.trailer = tr;
+			gc.packets = 20;
+			gc.streams = 2;
+			c.sample_rate = gc.sample_rate;
+			assert_int_equal(pdma_gen_open(&gc, &g), 0);
+			while ((n = pdma_gen_next(g, slot + PDMA_SLOT_HDR, sizeof(slot) - PDMA_SLOT_HDR, &si)) > 0) {
+				struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)slot;
+				const uint32_t ss = (PDMA_SLOT_HDR + (uint32_t)n + 63u) & ~63u;
+				h->len = (uint32_t)n;
+				h->flags = 0;
+				if (slot[PDMA_SLOT_HDR] >> 4 == PDMA_VRT_CONTEXT) {
+					assert_int_equal(fast_vs_general(&c, slot, ss), 0);
+					ctx++;
+					continue;
+				}
+				assert_int_equal(fast_vs_general(&c, slot, ss), 1);
+				data++;
+				/* Malformed or other forms: never the fast path. Each
+				 * mutation is undone before the next. */
+				h->flags = PDMA_SLOT_TRUNC;
+				assert_int_equal(fast_vs_general(&c, slot, ss), 0);
+				h->flags = 0;
+				h->len = (uint32_t)n - 4;
+				assert_int_equal(fast_vs_general(&c, slot, ss), 0);
+				h->len = (uint32_t)n;
+				assert_int_equal(fast_vs_general(&c, slot, (uint32_t)n + PDMA_SLOT_HDR - 4), 0);
+				/* Header bits 20-31 (TSF, TSI, S, 49.2, type): the fast
+				 * path declines all but TSI 3 (other), the 49.2 bit and
+				 * type 3 (extension data), which stay valid and fast.
+				 * T (26) and C (27) move fields: agreement only. */
+				for (int bit = 20; bit < 32; bit++) {
+					slot[PDMA_SLOT_HDR + 3 - bit / 8] ^= (uint8_t)(1u << (bit % 8));
+					int f = fast_vs_general(&c, slot, ss);
+					slot[PDMA_SLOT_HDR + 3 - bit / 8] ^= (uint8_t)(1u << (bit % 8));
+					if (bit != 26 && bit != 27)
+						assert_int_equal(f, bit == 23 || bit == 25 || bit == 29);
+				}
+				slot[PDMA_SLOT_HDR] ^= 0x08; /* C clear: another form */
+				assert_int_equal(fast_vs_general(&c, slot, ss), 0);
+				slot[PDMA_SLOT_HDR] ^= 0x08;
+				slot[PDMA_SLOT_HDR + 8] ^= 0x80; /* class ID reserved bit */
+				assert_int_equal(fast_vs_general(&c, slot, ss), 0);
+				slot[PDMA_SLOT_HDR + 8] ^= 0x80;
+				uint8_t was = slot[PDMA_SLOT_HDR + 20];
+				slot[PDMA_SLOT_HDR + 20] = 0xff; /* fractional >= rate */
+				assert_int_equal(fast_vs_general(&c, slot, ss), 0);
+				slot[PDMA_SLOT_HDR + 20] = was;
+				if (tr) {
+					slot[PDMA_SLOT_HDR + n - 1] ^= 0x01; /* count without E */
+					assert_int_equal(fast_vs_general(&c, slot, ss), 0);
+					slot[PDMA_SLOT_HDR + n - 1] ^= 0x01;
+				}
+				assert_int_equal(fast_vs_general(&c, slot, ss), 1);
+			}
+			assert_int_equal(n, 0);
+			assert_int_equal(data, 40);
+			assert_int_equal(ctx, gc.context ? 2 : 0);
+			pdma_gen_close(g);
+		}
+	}
+}
+
 static void test_pcap(void **state)
 {
 	struct pdma_gen_config c;
@@ -356,6 +469,7 @@ int main(void)
 		cmocka_unit_test(test_malformed_accounting),
 		cmocka_unit_test(test_window),
 		cmocka_unit_test(test_gen),
+		cmocka_unit_test(test_header_fast),
 		cmocka_unit_test(test_pcap),
 		cmocka_unit_test(test_ring),
 	};
