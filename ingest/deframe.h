@@ -191,18 +191,11 @@ struct pdma_dfr_pre {
 	uint32_t len, flags;       /* struct pdma_slot_hdr */
 	uint32_t h, sid, c0, c1;   /* VRT words 0-3 (host order) */
 	uint32_t tsi, fhi, flo;    /* VRT words 4-6 */
-	uint32_t toff, tval;       /* the word at slot byte toff (0: none), host order */
 };
 
-/* Fill *p from a slot of at least 64 bytes (16-byte aligned on the GPU).
- * toff: where the trailer is expected (a multiple of 4, toff + 4 <= slot
- * size; 0 for none): that word is loaded together with the prefix, so when
- * the guess is right the trailer costs no second round trip. Any guess gives
- * the same result. */
-PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, uint32_t toff, struct pdma_dfr_pre *p)
+/* Fill *p from a slot of at least 64 bytes (16-byte aligned on the GPU). */
+PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, struct pdma_dfr_pre *p)
 {
-	p->toff = toff;
-	p->tval = toff ? pdma_vrt_get32(slot + toff) : 0;
 #if defined(__CUDA_ARCH__)
 	const uint4 a = ((const uint4 *)slot)[0], b = ((const uint4 *)slot)[2];
 	const uint4 e = ((const uint4 *)slot)[3];
@@ -252,8 +245,7 @@ PDMA_DFR_FN int pdma_dfr_header_fast(const struct pdma_dfr_config *c, const uint
 	if (p->c0 & ((h & (1u << 25)) ? 0x07000000u : 0xff000000u))
 		return 0;
 	if (tr) {
-		const uint32_t to = PDMA_SLOT_HDR + words * 4u - 4u;
-		const uint32_t t = to == p->toff ? p->tval : pdma_vrt_get32(slot + to);
+		const uint32_t t = pdma_vrt_get32(slot + PDMA_SLOT_HDR + words * 4u - 4u);
 		if (((t >> 8) & 0xfffu & ~(t >> 20)) || (!(t & PDMA_VRT_TR_E) && (t & 0x7fu)))
 			return 0;
 	}

@@ -19,22 +19,36 @@
  * (get_launch() then says so, last_error() why). Measured on an H100 (bench
  * part e): graph replay is within run-to-run noise of stream launch, since a
  * small batch's cost is GPU-side (kernel + descriptor copy, ~22 us), not the
- * launch calls.
+ * launch calls. The two-pass variants (v8tp ... auto) always launch on
+ * streams.
  *
  * Kernel variants (set_kernel, or PEERDMA_DFR_KERNEL at open), all byte-
  * identical (tests/gpu/test_deframer.c runs each); bench/ingest/NOTES.md has
  * their measurements:
+ *   auto   the default: v11 for batches whose longest known payload is at
+ *          least 768 bytes, v7s below (and before any payload is known);
+ *   v11    two passes: a header pass, one thread per packet, on the fast path
+ *          (pdma_dfr_header_fast: the slot's first 64 bytes in three
+ *          independent loads; no shared parser scratch, 8 blocks per SM),
+ *          then v9's copy pass with a stride (16-byte output windows per
+ *          packet) from the longest payload seen so far; a longer payload is
+ *          copied by its header thread and raises that hint for the next
+ *          launch;
  *   v5     lane-parallel headers, flattened 16/4-byte warp copy (3 blocks of
  *          256 per SM, 8 units in flight per lane);
  *   v7s    v5 with the parser's scratch struct in shared memory instead of a
- *          local-memory stack frame (the default);
+ *          local-memory stack frame;
  *   v5cs   v5 with streaming cache hints; v5b4: 4 blocks per SM, 4 units;
  *   v5na   v5 with payload loads that skip L1; v6: v5na with 16-byte loads for
  *          16-byte aligned payloads going to 4-byte aligned destinations;
  *          v6b4: v6 at 4 blocks per SM; v7, v7b4: v6 / v6b4 with v7s's scratch;
  *   tma    Hopper: payloads moved by cp.async.bulk global->shared->global when
  *          a group is 16-byte aligned and the ring is in device memory (v5
- *          otherwise); v6tma: the same with v6 as the fallback.
+ *          otherwise); v6tma: the same with v6 as the fallback;
+ *   v8tp   two passes: the general header pass writing a work list, then one
+ *          thread per 16-byte output window; v9: the copy pass with its stride
+ *          from the slot geometry, 4 windows per thread; v9u8: 8 windows;
+ *   v10    v9 in sub-batches, header pass k + 1 overlapping copy pass k.
  */
 #ifndef PDMA_INGEST_GPU_H
 #define PDMA_INGEST_GPU_H

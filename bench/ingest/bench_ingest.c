@@ -383,7 +383,7 @@ static void part_x(struct ctx *x)
 	static const uint32_t def[] = { 1024, 1500, 8192 };
 	static const char *items[] = { "d2d", "copy", "simple", "skel1", "skel4", "v5", "v5cs", "v5b4",
 				       "v5na", "v6", "v6b4", "v7s", "v7", "v7b4", "tma", "v6tma", "v8tp", "v9",
-				       "v9u8", "v10", "v7f", "v11", "v12", "v13", "v13b3", "v13u2", "auto", "v11b3", "hdr", "touch", "touchp" };
+				       "v9u8", "v10", "v11", "auto", "hdr", "touch", "touchp" };
 	const size_t nitems = sizeof(items) / sizeof(items[0]);
 	uint32_t sizes[8];
 	size_t nsizes = size_list(x, def, sizeof(def) / sizeof(def[0]), sizes);

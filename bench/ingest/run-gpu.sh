@@ -4,9 +4,9 @@
 # and carried in DIR with the two shared libraries the image lacks (cmocka,
 # jansson), plus the build tree BUILD for ctest:
 #  1. bench_ingest (x): the deframer's kernel variants next to copies of the
-#     same data volume; the variant with the best mean ratio to the D2D copy
-#     over 1 KiB / 1500 B / 8 KiB packets is used for everything after it
-#     (PEERDMA_DFR_KERNEL);
+#     same data volume, and which one has the best mean ratio to the D2D copy
+#     over 1 KiB / 1500 B / 8 KiB packets; everything after it runs the
+#     default kernel (auto), or $KERNEL when set (PEERDMA_DFR_KERNEL);
 #  2. ctest -L gpu -V of BUILD (test_deframer, test_cuda, test_cuda_cudart,
 #     test_mr_cuda);
 #  3. bench_ingest (a)-(e);
@@ -33,7 +33,7 @@ try:
     x = {r["item"]: r["gbps"] for r in json.load(open(sys.argv[1]))["x_variants"]}
     d = x["d2d"]; best, score = "v5", 0
     for k, v in x.items():
-        if k in ("d2d", "copy", "simple", "skel1", "skel4"):
+        if k in ("d2d", "copy", "simple", "skel1", "skel4", "hdr", "touch", "touchp"):
             continue
         s = [v[z] / d[z] for z in ("1024", "1500", "8192") if z in v and z in d]
         if len(s) == 3 and sum(s) / 3 > score:
@@ -43,8 +43,10 @@ except Exception:
     print("v5")
 PY
 )
+echo "best mean ratio in (x): $best"
+best=${KERNEL:-auto}
 export PEERDMA_DFR_KERNEL=$best
-echo "chosen kernel: $best"
+echo "kernel used from here on: $best"
 
 echo "=== 2. ctest -L gpu"
 bsrc=$(sed -nE 's/^# Source directory: (.*)/\1/p' "$B/CTestTestfile.cmake")
@@ -80,10 +82,10 @@ grep -E "rc=|gpu_launch|gpu_kernel" "$OUT/e2e.log"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ -n "$NCU" ]; then
 	echo "=== 5. ncu, 1 KiB packets"
-	PEERDMA_BENCH_WARMUP=0 timeout 90 "$NCU" --clock-control none -k 'regex:dfr_kernel|skel_kernel' \
+	PEERDMA_BENCH_WARMUP=0 timeout 90 "$NCU" --clock-control none -k 'regex:dfr_kernel|skel_kernel|dfr_tp_hdr|dfr_v9' \
 		--section MemoryWorkloadAnalysis_Tables \
 		--metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum \
-		"$D/bench_ingest" --parts x --sizes 1024 --iters 1 --x "skel4,v5,v7s,$best" >"$OUT/ncu.txt" 2>&1
+		"$D/bench_ingest" --parts x --sizes 1024 --iters 1 --x "skel4,v7s,v11" >"$OUT/ncu.txt" 2>&1
 	echo "ncu rc=$?"
 	grep -E "^  [a-z_ ]+.*\(|dram__|lts__|gpu__time|local" "$OUT/ncu.txt" | sed 's/(const unsigned char.*//; s/(pdma_dfr_config.*//'
 fi

@@ -5,15 +5,18 @@
  * the device), strips them, places each payload by sample count into its
  * stream's output buffer and flags gaps through the per-position tags.
  *
- * Per warp 32 packets at a time: each lane parses one header and does the
+ * One-pass variants (v5 ... v7s), per warp 32 packets at a time: each lane
+ * parses one header and does the
  * table operations (stream lookup/claim, payload length, tag); then the whole
  * warp copies the payloads. The grid is capped at the resident block count,
  * so one launch covers any batch size.
  *
  * A batch (host-to-device chunk copies, kernels, descriptor copy back) is
  * launched on streams or replayed as a CUDA graph (gpu.h: launch modes).
- * Kernel variants (gpu.h) are template instances of one kernel; the default
- * (v7s) keeps the parser's per-packet scratch in shared memory.
+ * Kernel variants (gpu.h) are template instances of one kernel, or of two
+ * (the two-pass variants: header pass, then copy pass); the default (auto)
+ * runs the two-pass v11 for payloads from 768 bytes and the one-pass v7s
+ * (parser scratch in shared memory) below.
  *
  * Built by nvcc into libpeerdma_vrt_cuda.so (ingest/cuda/CMakeLists.txt) and
  * loaded with dlopen() by ingest/gpu_loader.c only on machines with a GPU.
@@ -68,10 +71,7 @@ struct pdma_gpu_dfr {
 	cudaStream_t cs[2];         /* v10: copy-pass stream per stream s[i] */
 	cudaEvent_t evh[2][TP_MAXK]; /* v10: header pass k done (on s[i]) */
 	cudaEvent_t evc[2];         /* v10: last copy pass done (on cs[i]) */
-	cudaStream_t hs[2];         /* v12: header-pass stream per s[i], highest priority */
-	cudaEvent_t ev0[2];         /* v12: batch start on s[i] */
 	uint32_t tpmin;             /* v10: fewest packets per sub-batch (TP_MINSUB) */
-	uint32_t tile_bytes;        /* v13: slot bytes per block tile */
 	uint32_t *hint_h, *hint_d;  /* v11, auto: longest payload seen (mapped host word; 0 unknown) */
 	uint32_t *d_pmax;           /* ... its device-side maximum */
 	struct {                    /* registered host ranges and their device aliases */
@@ -113,16 +113,6 @@ __device__ static int dfr_lookup(const struct pdma_dfr_config *c, unsigned long 
 
 #define DFR_CACHE 64   /* stream-table entries cached in shared memory */
 
-/* Where a slot's trailer word is expected: after a DIFI prologue (28 bytes)
- * and the payload length of the first stream (streams usually share it),
- * for pdma_dfr_prefix() to load with the prefix; 0 when unknown or outside
- * the slot. */
-__device__ __forceinline__ uint32_t dfr_toff(const uint32_t *s_plen, uint32_t ncache, uint32_t slot_size)
-{
-	const uint32_t pl = ncache ? s_plen[0] : 0, o = PDMA_SLOT_HDR + 28u + pl;
-	return pl && !(pl & 3) && pl < slot_size && o + 4 <= slot_size ? o : 0;
-}
-
 /* Header stage of one packet, run by one lane: validate, find the stream
  * (shared-memory copy of the table first; global compare-and-swap only when a
  * stream is first seen), check the payload size, and claim the output
@@ -160,7 +150,7 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 			       unsigned long long *s_keys, uint32_t *s_plen, uint32_t ncache,
 			       const uint8_t *slot, uint32_t slot_size, struct pdma_dfr_desc &d,
 			       uint32_t &off, uint32_t &len, unsigned long long &dst, struct vrt_scratch *sv,
-			       uint32_t toff = 0, const struct pdma_dfr_pre *pp = nullptr)
+			       uint32_t *pmax, uint32_t *hhint, const struct pdma_dfr_pre *pp = nullptr)
 {
 	struct pdma_dfr_pkt r;
 	int st = PDMA_DFR_ST_DATA;
@@ -170,7 +160,7 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 			done = pdma_dfr_header_fast(&c, slot, slot_size, pp, &d, &r);
 		} else if (slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)slot & 15)) {
 			struct pdma_dfr_pre pre;
-			pdma_dfr_prefix(slot, toff, &pre);
+			pdma_dfr_prefix(slot, &pre);
 			done = pdma_dfr_header_fast(&c, slot, slot_size, &pre, &d, &r);
 		}
 	}
@@ -215,8 +205,18 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 		cur = *(volatile uint32_t *)pl;
 		if (cur == 0) {
 			cur = atomicCAS(pl, 0u, r.payload_len);
-			if (cur == 0)
+			if (cur == 0) {
+				/* This thread claimed a new stream's payload length:
+				 * raise the longest payload known, on the device and
+				 * in the host's hint word (mapped; auto and v11 size
+				 * their launches by it). Two raises in one launch may
+				 * reach the host out of order: the hint then stays
+				 * low until v11 sees a longer payload (performance
+				 * only). */
 				cur = r.payload_len;
+				if (atomicMax(pmax, cur) < cur)
+					*(volatile uint32_t *)hhint = cur;
+			}
 		}
 		if ((uint32_t)idx < ncache)
 			s_plen[idx] = cur;
@@ -525,10 +525,11 @@ __device__ static bool dfr_copy_tma(const uint8_t *myslot, uint8_t *out, uint32_
  * stage of one of them (so the serial, branchy parse costs 1/32 of the issue
  * slots it would cost with one warp per packet), then the whole warp copies
  * the group's payloads (dfr_copy_group, or bulk copies when TMA). */
-template <int MINB, int R, bool CS, bool TMA, bool NA, bool LD16, bool SV, bool FAST>
+template <int MINB, int R, bool CS, bool TMA, bool NA, bool LD16, bool SV>
 __global__ void __launch_bounds__(256, MINB)
 	dfr_kernel(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
-		   uint32_t slot_size, uint32_t n, uint32_t group, struct pdma_dfr_desc *desc)
+		   uint32_t slot_size, uint32_t n, uint32_t group, struct pdma_dfr_desc *desc, uint32_t *pmax,
+		   uint32_t *hhint)
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
@@ -556,7 +557,6 @@ __global__ void __launch_bounds__(256, MINB)
 		s_plen[k] = *(volatile uint32_t *)&t.plen[k];
 	}
 	__syncthreads();
-	const uint32_t toff = FAST ? dfr_toff(s_plen, ncache, slot_size) : 0;
 
 	/* Lane j of warp w takes packet it * warps * group + j * warps + w: the
 	 * warps copy their lane-0 packets, then their lane-1 packets, ..., so at
@@ -570,8 +570,8 @@ __global__ void __launch_bounds__(256, MINB)
 		const uint8_t *myslot = slots + (size_t)(i < n ? i : 0) * slot_size;
 		if (lane < group && i < n) {
 			struct pdma_dfr_desc d;
-			int st = dfr_lane<SV, FAST>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
-					      &s_v[SV ? threadIdx.x : 0], toff);
+			int st = dfr_lane<SV, false>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
+					       &s_v[SV ? threadIdx.x : 0], pmax, hhint);
 			d.status = (int8_t)st;
 			if (desc)
 				desc[i] = d;
@@ -631,7 +631,7 @@ template <bool FAST>
 __global__ void __launch_bounds__(256)
 	dfr_tp_hdr(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
 		   uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl, uint32_t seq,
-		   uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint, uint32_t toff)
+		   uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint)
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
@@ -654,7 +654,7 @@ __global__ void __launch_bounds__(256)
 	bool pre_ok = false;
 	if constexpr (FAST) {
 		if (i < n && slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15)) {
-			pdma_dfr_prefix(slots + (size_t)i * slot_size, toff, &pre);
+			pdma_dfr_prefix(slots + (size_t)i * slot_size, &pre);
 			pre_ok = true;
 		}
 	}
@@ -671,7 +671,7 @@ __global__ void __launch_bounds__(256)
 		const uint8_t *myslot = slots + (size_t)i * slot_size;
 		struct pdma_dfr_desc d;
 		int st = dfr_lane<!FAST, FAST>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
-					       &s_v[FAST ? 0 : threadIdx.x], 0, pre_ok ? &pre : nullptr);
+					       &s_v[FAST ? 0 : threadIdx.x], pmax, hhint, pre_ok ? &pre : nullptr);
 		d.status = (int8_t)st;
 		if (desc)
 			desc[i] = d;
@@ -875,58 +875,6 @@ __global__ void __launch_bounds__(256, MINB)
 			[&](uint32_t p) { return __ldg(&wl[1 + p]); });
 }
 
-/* ---- one pass, per block (v13) ----
- * Block b deframes the tile of P packets [b * P, (b + 1) * P): thread j runs
- * the header stage of packet j of the tile (the fast path, its slot prefix
- * loaded before the stream table so the two round trips overlap) and leaves
- * its work-list entry in shared memory; then the whole block copies the
- * tile's payloads as v9's copy pass does (16-byte output windows, U per
- * thread per round, all loads before any store). Header and payload of a
- * packet are read microseconds apart, so the trailer's sector is still in
- * L2 for the copy (the two-pass variants fetch it from DRAM twice), and the
- * blocks resident beside one in its header stage keep DRAM busy. The grid is
- * sized to the batch (n / P blocks, P from the host: about 64 KiB of slots
- * per tile). */
-template <int U, int MINB>
-__global__ void __launch_bounds__(256, MINB)
-	dfr_v13(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
-		uint32_t slot_size, uint32_t n, uint32_t P, uint32_t stride, struct pdma_dfr_desc *desc)
-{
-	__shared__ unsigned long long s_keys[DFR_CACHE];
-	__shared__ uint32_t s_plen[DFR_CACHE];
-	__shared__ uint4 s_wl[256];
-	const uint32_t tile0 = blockIdx.x * P, cnt = min(P, n - tile0);
-	const uint8_t *tslots = slots + (size_t)tile0 * slot_size;
-	const uint32_t ncache = c.max_streams < DFR_CACHE ? c.max_streams : DFR_CACHE;
-	const uint8_t *myslot = tslots + (size_t)threadIdx.x * slot_size;
-	struct pdma_dfr_pre pre;
-	bool pre_ok = false;
-	if (threadIdx.x < cnt && slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)myslot & 15)) {
-		pdma_dfr_prefix(myslot, 0, &pre);
-		pre_ok = true;
-	}
-	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
-		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
-		s_plen[k] = *(volatile uint32_t *)&t.plen[k];
-	}
-	__syncthreads();
-	if (threadIdx.x < cnt) {
-		struct pdma_dfr_desc d;
-		uint32_t off = 0, len = 0;
-		unsigned long long dst = 0;
-		int st = dfr_lane<false, true>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
-					       nullptr, 0, pre_ok ? &pre : nullptr);
-		d.status = (int8_t)st;
-		if (desc)
-			desc[tile0 + threadIdx.x] = d;
-		s_wl[threadIdx.x] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), len ? off : 0, len);
-	}
-	__syncthreads();
-	const uint32_t total = cnt * stride;
-	for (uint32_t b = threadIdx.x; b < total; b += 256u * U)
-		copy_windows<U>(tslots, slot_size, stride, t.out, b, total, [&](uint32_t p) { return s_wl[p]; });
-}
-
 /* ---- copies for the measurements (bench_copy) ---- */
 
 /* Grid-stride copy with the deframer's occupancy (3 blocks of 256 per SM) and
@@ -1017,46 +965,37 @@ struct kvar {
 	bool tp;        /* two-pass: fn is the header pass, a copy pass follows (stream launch) */
 	const void *cp; /* two-pass copy kernel with host-side stride (v9), else dfr_tp_copy */
 	uint32_t cu;    /* its 16-byte units per thread */
-	int ov;         /* sub-batches, header pass k + 1 overlapping copy pass k: 1 (v10) header
-			 * passes on the caller's stream, 2 (v12) on a high-priority stream */
-	bool fused;     /* v13: one pass, header stage and copy per block tile (fn) */
+	bool ov;        /* v10: sub-batches, header pass k + 1 overlapping copy pass k */
 	bool dyn;       /* v11, auto: copy stride from the longest payload seen (hint) */
 	bool autosel;   /* auto: v11 when that payload is >= AUTO_MIN_PAYLOAD, else DFR_FALLBACK_KV */
 };
 
 static const struct kvar KV[] = {
-	/* 0 */ { "v5", (const void *)dfr_kernel<3, 8, false, false, false, false, false, false>, 3, 0, false, 0 },
-	/* 1 */ { "v5cs", (const void *)dfr_kernel<3, 8, true, false, false, false, false, false>, 3, 0, false, 1 },
-	/* 2 */ { "v5b4", (const void *)dfr_kernel<4, 4, false, false, false, false, false, false>, 4, 0, false, 2 },
-	/* 3 */ { "v5na", (const void *)dfr_kernel<3, 8, false, false, true, false, false, false>, 3, 0, false, 3 },
-	/* 4 */ { "v6", (const void *)dfr_kernel<3, 8, false, false, true, true, false, false>, 3, 0, false, 4 },
-	/* 5 */ { "v6b4", (const void *)dfr_kernel<4, 4, false, false, true, true, false, false>, 4, 0, false, 5 },
-	/* 6 */ { "v7s", (const void *)dfr_kernel<3, 8, false, false, false, false, true, false>, 3, 0, false, 6 },
-	/* 7 */ { "v7", (const void *)dfr_kernel<3, 8, false, false, true, true, true, false>, 3, 0, false, 7 },
-	/* 8 */ { "v7b4", (const void *)dfr_kernel<4, 4, false, false, true, true, true, false>, 4, 0, false, 8 },
-	/* 9 */ { "tma", (const void *)dfr_kernel<3, 8, false, true, false, false, false, false>, 3, TMA_SMEM, true, 0 },
-	/* 10 */ { "v6tma", (const void *)dfr_kernel<3, 8, false, true, true, true, false, false>, 3, TMA_SMEM, true, 4 },
+	/* 0 */ { "v5", (const void *)dfr_kernel<3, 8, false, false, false, false, false>, 3, 0, false, 0 },
+	/* 1 */ { "v5cs", (const void *)dfr_kernel<3, 8, true, false, false, false, false>, 3, 0, false, 1 },
+	/* 2 */ { "v5b4", (const void *)dfr_kernel<4, 4, false, false, false, false, false>, 4, 0, false, 2 },
+	/* 3 */ { "v5na", (const void *)dfr_kernel<3, 8, false, false, true, false, false>, 3, 0, false, 3 },
+	/* 4 */ { "v6", (const void *)dfr_kernel<3, 8, false, false, true, true, false>, 3, 0, false, 4 },
+	/* 5 */ { "v6b4", (const void *)dfr_kernel<4, 4, false, false, true, true, false>, 4, 0, false, 5 },
+	/* 6 */ { "v7s", (const void *)dfr_kernel<3, 8, false, false, false, false, true>, 3, 0, false, 6 },
+	/* 7 */ { "v7", (const void *)dfr_kernel<3, 8, false, false, true, true, true>, 3, 0, false, 7 },
+	/* 8 */ { "v7b4", (const void *)dfr_kernel<4, 4, false, false, true, true, true>, 4, 0, false, 8 },
+	/* 9 */ { "tma", (const void *)dfr_kernel<3, 8, false, true, false, false, false>, 3, TMA_SMEM, true, 0 },
+	/* 10 */ { "v6tma", (const void *)dfr_kernel<3, 8, false, true, true, true, false>, 3, TMA_SMEM, true, 4 },
 	/* 11 */ { "v8tp", (const void *)dfr_tp_hdr<false>, 3, 0, false, 11, true },
 	/* 12 */ { "v9", (const void *)dfr_tp_hdr<false>, 3, 0, false, 12, true, (const void *)dfr_v9_copy<4, 4>, 4 },
 	/* 13 */ { "v9u8", (const void *)dfr_tp_hdr<false>, 3, 0, false, 13, true, (const void *)dfr_v9_copy<8, 2>, 8 },
-	/* 14 */ { "v10", (const void *)dfr_tp_hdr<false>, 3, 0, false, 14, true, (const void *)dfr_v9_copy<4, 4>, 4, 1 },
-	/* 15 */ { "v7f", (const void *)dfr_kernel<3, 8, false, false, false, false, true, true>, 3, 0, false, 15 },
-	/* 16 */ { "v11", (const void *)dfr_tp_hdr<true>, 3, 0, false, 16, true, (const void *)dfr_v9_copy<4, 4>, 4, 0,
+	/* 14 */ { "v10", (const void *)dfr_tp_hdr<false>, 3, 0, false, 14, true, (const void *)dfr_v9_copy<4, 4>, 4, true },
+	/* 15 */ { "v11", (const void *)dfr_tp_hdr<true>, 3, 0, false, 15, true, (const void *)dfr_v9_copy<4, 4>, 4,
 		   false, true },
-	/* 17 */ { "v12", (const void *)dfr_tp_hdr<true>, 3, 0, false, 17, true, (const void *)dfr_v9_copy<4, 4>, 4, 2,
-		   false, true },
-	/* 18 */ { "v13", (const void *)dfr_v13<4, 4>, 4, 0, false, 18, true, nullptr, 4, 0, true },
-	/* 19 */ { "v13b3", (const void *)dfr_v13<4, 3>, 3, 0, false, 19, true, nullptr, 4, 0, true },
-	/* 20 */ { "v13u2", (const void *)dfr_v13<2, 6>, 6, 0, false, 20, true, nullptr, 2, 0, true },
-	/* 21 */ { "auto", (const void *)dfr_tp_hdr<true>, 3, 0, false, 21, true, (const void *)dfr_v9_copy<4, 4>, 4, 0,
+	/* 16 */ { "auto", (const void *)dfr_tp_hdr<true>, 3, 0, false, 16, true, (const void *)dfr_v9_copy<4, 4>, 4,
 		   false, true, true },
-	/* 22 */ { "v11b3", (const void *)dfr_tp_hdr<true>, 3, 0, false, 22, true, (const void *)dfr_v9_copy<4, 3>, 4, 0,
-		   false, true },
 };
 #define NKV (sizeof(KV) / sizeof(KV[0]))
-/* The default: v7s, the best mean ratio to the D2D copy over 1 KiB, 1500 B and
- * 8 KiB packets on the H100 (bench/ingest/NOTES.md, bench/results/ingest.txt). */
-#define DFR_DEFAULT_KV 21
+/* The default: auto (v11 from 768-byte payloads, v7s below), the best ratio
+ * to the D2D copy at every packet size on the H100 (bench/ingest/NOTES.md,
+ * bench/results/ingest.txt). */
+#define DFR_DEFAULT_KV 16
 /* What a two-pass variant falls back to for batches too large for its copy
  * grid (a one-pass variant). */
 #define DFR_FALLBACK_KV 6
@@ -1093,7 +1032,8 @@ struct kplan {
 	const uint8_t *slots;
 	uint32_t slot_size, n, group;
 	struct pdma_dfr_desc *desc;
-	void *p[7];
+	uint32_t *pmax, *hhint;
+	void *p[9];
 };
 
 /* on_device: the slots are device memory (TMA may read them); mapped host
@@ -1116,6 +1056,10 @@ static void make_kplan(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_
 	k->p[4] = &k->n;
 	k->p[5] = &k->group;
 	k->p[6] = &k->desc;
+	k->pmax = g->d_pmax;
+	k->hhint = g->hint_d;
+	k->p[7] = &k->pmax;
+	k->p[8] = &k->hhint;
 }
 
 static cudaKernelNodeParams knode(struct kplan *k)
@@ -1157,20 +1101,6 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	/* As the header pass sees it: no packet can pass lmax, so a hint above
 	 * the geometry's bound is not news to report again. */
 	const uint32_t hintk = hint ? lmax : 0;
-	/* Where the trailer is when the payload is that longest one (the usual
-	 * case: streams of one size): loaded with the prefix (pdma_dfr_prefix). */
-	uint32_t toff = hint ? PDMA_SLOT_HDR + 28u + hint : 0;
-	if ((toff & 3) || toff + 4 > slot_size)
-		toff = 0;
-	if (kv->fused) {
-		/* v13: tiles of about g->tile_bytes of slots, 16 to 256 packets. */
-		uint32_t P = std::max(16u, std::min(256u, g->tile_bytes / std::max(slot_size, 1u)));
-		uint32_t blocks = (n + P - 1) / P;
-		const uint8_t *sl = (const uint8_t *)slots;
-		void *a[] = { &g->c, &g->t, &sl, &slot_size, &n, &P, (void *)&stride, &d_desc };
-		CK(g, cudaLaunchKernel(kv->fn, dim3(blocks), dim3(256), a, 0, s));
-		return 0;
-	}
 	const uint64_t thr = (uint64_t)n * stride;
 	if (thr >= (1ull << 32) - 8192)
 		return 1;
@@ -1201,24 +1131,16 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 		uint32_t m = (n + nk - 1) / nk;
 		m = (m + 255) & ~255u;
 		uint32_t k = 0;
-		/* v12: the header passes on hs[si], whose high priority lets their
-		 * blocks in as soon as copy blocks retire; hs starts after the work
-		 * already on s (the previous batch's copies read this work list). */
-		cudaStream_t hst = s;
-		if (kv->ov == 2) {
-			hst = g->hs[si];
-			CK(g, cudaEventRecord(g->ev0[si], s));
-			CK(g, cudaStreamWaitEvent(hst, g->ev0[si], 0));
-		}
+
 		for (uint32_t o = 0; o < n; o += m, k++) {
 			const uint32_t cnt = std::min(m, n - o);
 			const uint8_t *sl = (const uint8_t *)slots + (size_t)o * slot_size;
 			uint4 *wk = g->tpwl[si] + o + k;
 			struct pdma_dfr_desc *dk = d_desc ? d_desc + o : NULL;
 			void *ha[] = { &g->c, &g->t, &sl, &slot_size, (void *)&cnt, &dk, &wk, (void *)&seq,
-				       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d, &toff };
-			CK(g, cudaLaunchKernel(kv->fn, dim3((cnt + 255) / 256), dim3(256), ha, 0, hst));
-			CK(g, cudaEventRecord(g->evh[si][k], hst));
+				       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d };
+			CK(g, cudaLaunchKernel(kv->fn, dim3((cnt + 255) / 256), dim3(256), ha, 0, s));
+			CK(g, cudaEventRecord(g->evh[si][k], s));
 			CK(g, cudaStreamWaitEvent(g->cs[si], g->evh[si][k], 0));
 			const uint64_t tk = (uint64_t)cnt * stride;
 			const uint4 *wlc = wk;
@@ -1234,7 +1156,7 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	{
 		const uint8_t *sl = (const uint8_t *)slots;
 		void *ha[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &g->tpwl[si], (void *)&seq,
-			       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d, &toff };
+			       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d };
 		CK(g, cudaLaunchKernel(kv->fn, dim3((n + 255) / 256), dim3(256), ha, 0, s));
 	}
 	/* Programmatic dependent launch: the copy grid's launch overlaps the
@@ -1624,10 +1546,6 @@ static void g_close(struct pdma_gpu_dfr *g)
 			cudaEventDestroy(g->ev[i]);
 		if (g->cs[i])
 			cudaStreamDestroy(g->cs[i]);
-		if (g->hs[i])
-			cudaStreamDestroy(g->hs[i]);
-		if (g->ev0[i])
-			cudaEventDestroy(g->ev0[i]);
 		if (g->evc[i])
 			cudaEventDestroy(g->evc[i]);
 		for (int k = 0; k < TP_MAXK; k++)
@@ -1717,19 +1635,13 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	OPEN_CK(cudaMalloc(&g->t.plen, ns * sizeof(uint32_t)));
 	OPEN_CK(cudaMalloc(&g->t.tags, tags * sizeof(uint64_t)));
 	OPEN_CK(cudaMalloc(&g->t.out, tags * c->max_payload));
-	{
-		int prio_lo = 0, prio_hi = 0;
-		OPEN_CK(cudaDeviceGetStreamPriorityRange(&prio_lo, &prio_hi));
-		for (int i = 0; i < 2; i++) {
-			OPEN_CK(cudaStreamCreateWithFlags(&g->s[i], cudaStreamNonBlocking));
-			OPEN_CK(cudaStreamCreateWithPriority(&g->hs[i], cudaStreamNonBlocking, prio_hi));
-			OPEN_CK(cudaEventCreateWithFlags(&g->ev0[i], cudaEventDisableTiming));
-			OPEN_CK(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
-			OPEN_CK(cudaStreamCreateWithFlags(&g->cs[i], cudaStreamNonBlocking));
-			OPEN_CK(cudaEventCreateWithFlags(&g->evc[i], cudaEventDisableTiming));
-			for (int k = 0; k < TP_MAXK; k++)
-				OPEN_CK(cudaEventCreateWithFlags(&g->evh[i][k], cudaEventDisableTiming));
-		}
+	for (int i = 0; i < 2; i++) {
+		OPEN_CK(cudaStreamCreateWithFlags(&g->s[i], cudaStreamNonBlocking));
+		OPEN_CK(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
+		OPEN_CK(cudaStreamCreateWithFlags(&g->cs[i], cudaStreamNonBlocking));
+		OPEN_CK(cudaEventCreateWithFlags(&g->evc[i], cudaEventDisableTiming));
+		for (int k = 0; k < TP_MAXK; k++)
+			OPEN_CK(cudaEventCreateWithFlags(&g->evh[i][k], cudaEventDisableTiming));
 	}
 	if ((env = getenv("PEERDMA_GPU_LAUNCH")) && *env) {
 		if (!strcmp(env, "stream"))
@@ -1740,9 +1652,6 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	/* PEERDMA_DFR_V10_MIN: v10's fewest packets per sub-batch (tests set it
 	 * low so that their small rings take the sub-batch path). */
 	g->tpmin = TP_MINSUB;
-	g->tile_bytes = 65536;
-	if ((env = getenv("PEERDMA_DFR_TILE")) && *env)
-		g->tile_bytes = (uint32_t)strtoul(env, NULL, 10);
 	if ((env = getenv("PEERDMA_DFR_V10_MIN")) && *env)
 		g->tpmin = (uint32_t)strtoul(env, NULL, 10);
 	if (!g->tpmin)
@@ -2013,7 +1922,7 @@ static int g_bench_copy(struct pdma_gpu_dfr *g, int kind, const void *dev_slots,
 			if (kind == PDMA_GPU_COPY_HDR)
 				dfr_tp_hdr<true><<<blocks, 256, 0, g->s[0]>>>(g->c, g->t, (const uint8_t *)dev_slots,
 									      slot_size, n, NULL, (uint4 *)buf, 1,
-									      ~0u >> 4, ~0u, g->d_pmax, g->hint_d, 0u);
+									      ~0u >> 4, ~0u, g->d_pmax, g->hint_d);
 			else if (kind == PDMA_GPU_COPY_TOUCH)
 				hdr_touch<true><<<blocks, 256, 0, g->s[0]>>>((const uint8_t *)dev_slots, slot_size, n,
 									     (uint32_t *)buf);

@@ -383,7 +383,7 @@ static void test_graph_host_staged_aligned(void **state)
 static void test_variants(void **state)
 {
 	static const char *names[] = { "v5", "v5cs", "v5b4", "v5na", "v6", "v6b4", "v7s", "v7", "v7b4",
-				       "tma", "v6tma", "v8tp", "v9", "v9u8", "v10", "v7f", "v11", "v12", "v13", "v13b3", "v13u2", "auto", "v11b3" };
+				       "tma", "v6tma", "v8tp", "v9", "v9u8", "v10", "v11", "auto" };
 	(void)state;
 	char was[16];
 	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
