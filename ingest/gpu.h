@@ -26,7 +26,9 @@
  * identical (tests/gpu/test_deframer.c runs each); bench/ingest/NOTES.md has
  * their measurements:
  *   auto   the default: v11 for batches whose longest known payload is at
- *          least 768 bytes, v7s below (and before any payload is known);
+ *          least 768 bytes (on the H100's 3.35 TB/s; proportionally more on
+ *          faster memory, PEERDMA_DFR_AUTO_MIN overrides), v7s below (and
+ *          before any payload is known);
  *   v11    two passes: a header pass, one thread per packet, on the fast path
  *          (pdma_dfr_header_fast: the slot's first 64 bytes in three
  *          independent loads; no shared parser scratch, 8 blocks per SM),

@@ -50,6 +50,25 @@ struct ctx {
 	json_t *root;
 };
 
+/* (x) items that are copies or probes of the deframer's data volume
+ * (bench_copy kinds, gpu.h), by name; -1 for a kernel variant. */
+static int copy_kind(const char *item)
+{
+	static const struct {
+		const char *name;
+		int kind;
+	} k[] = {
+		{ "copy", PDMA_GPU_COPY_KERNEL }, { "simple", PDMA_GPU_COPY_SIMPLE },
+		{ "skel1", PDMA_GPU_COPY_SKEL1 }, { "skel4", PDMA_GPU_COPY_SKEL4 },
+		{ "hdr", PDMA_GPU_COPY_HDR },     { "touch", PDMA_GPU_COPY_TOUCH },
+		{ "touchp", PDMA_GPU_COPY_TOUCHP },
+	};
+	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
+		if (!strcmp(item, k[i].name))
+			return k[i].kind;
+	return -1;
+}
+
 static uint32_t slot_for(uint32_t pkt)
 {
 	return (PDMA_SLOT_HDR + pkt + 63u) & ~63u;
@@ -433,22 +452,11 @@ static void part_x(struct ctx *x)
 					int e;
 					if (x->xlist && !in_list(x->xlist, items[i]))
 						continue;
+					int kind = copy_kind(items[i]);
 					if (!strcmp(items[i], "d2d"))
 						e = x->ops.bench_d2d(g, (size_t)(bytes / 2), iters(x, 20), &b);
-					else if (!strcmp(items[i], "copy"))
-						e = x->ops.bench_copy(g, PDMA_GPU_COPY_KERNEL, dev, r.slot_size, n, iters(x, 20), &b);
-					else if (!strcmp(items[i], "simple"))
-						e = x->ops.bench_copy(g, PDMA_GPU_COPY_SIMPLE, dev, r.slot_size, n, iters(x, 20), &b);
-					else if (!strcmp(items[i], "skel1"))
-						e = x->ops.bench_copy(g, PDMA_GPU_COPY_SKEL1, dev, r.slot_size, n, iters(x, 20), &b);
-					else if (!strcmp(items[i], "skel4"))
-						e = x->ops.bench_copy(g, PDMA_GPU_COPY_SKEL4, dev, r.slot_size, n, iters(x, 20), &b);
-					else if (!strcmp(items[i], "hdr"))
-						e = x->ops.bench_copy(g, PDMA_GPU_COPY_HDR, dev, r.slot_size, n, iters(x, 20), &b);
-					else if (!strcmp(items[i], "touch"))
-						e = x->ops.bench_copy(g, PDMA_GPU_COPY_TOUCH, dev, r.slot_size, n, iters(x, 20), &b);
-					else if (!strcmp(items[i], "touchp"))
-						e = x->ops.bench_copy(g, PDMA_GPU_COPY_TOUCHP, dev, r.slot_size, n, iters(x, 20), &b);
+					else if (kind >= 0)
+						e = x->ops.bench_copy(g, kind, dev, r.slot_size, n, iters(x, 20), &b);
 					else if ((e = x->ops.set_kernel(g, items[i])) == 0)
 						e = x->ops.bench_deframe(g, dev, r.slot_size, n, iters(x, 20), &b);
 					if (!e)

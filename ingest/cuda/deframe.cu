@@ -74,6 +74,7 @@ struct pdma_gpu_dfr {
 	uint32_t tpmin;             /* v10: fewest packets per sub-batch (TP_MINSUB) */
 	uint32_t *hint_h, *hint_d;  /* v11, auto: longest payload seen (mapped host word; 0 unknown) */
 	uint32_t *d_pmax;           /* ... its device-side maximum */
+	uint32_t auto_min;          /* auto: v11 from payloads this long (AUTO_MIN_PAYLOAD) */
 	struct {                    /* registered host ranges and their device aliases */
 		const uint8_t *p, *d;
 		size_t n;
@@ -999,10 +1000,13 @@ static const struct kvar KV[] = {
 /* What a two-pass variant falls back to for batches too large for its copy
  * grid (a one-pass variant). */
 #define DFR_FALLBACK_KV 6
-/* auto: the shortest payload (bytes) for which the two-pass v11 runs. */
-#ifndef AUTO_MIN_PAYLOAD
+/* auto: the shortest payload (bytes) for which the two-pass v11 runs, on a
+ * GPU with the H100's 3.35 TB/s; scaled with the memory bandwidth (the
+ * header pass does not get faster with it, so it weighs more on faster
+ * memory): measured crossovers 736-992 bytes on the H100, 992-1468 on the
+ * H200 (4.9 TB/s: 1128). PEERDMA_DFR_AUTO_MIN overrides it. */
 #define AUTO_MIN_PAYLOAD 768u
-#endif
+#define AUTO_REF_BW 3.35e12
 
 /* Launch shape for n packets: packets per warp as many as 32 (the header
  * stage is then shared by a full warp), but few enough that every resident
@@ -1192,7 +1196,7 @@ static int launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size,
 	struct kplan k;
 	if (!n)
 		return 0;
-	if (g->kv->autosel && *(volatile uint32_t *)g->hint_h < AUTO_MIN_PAYLOAD) {
+	if (g->kv->autosel && *(volatile uint32_t *)g->hint_h < g->auto_min) {
 		/* auto: payloads short (or not yet seen): the one-pass kernel. */
 		const struct kvar *was = g->kv;
 		g->kv = &KV[DFR_FALLBACK_KV];
@@ -1651,6 +1655,17 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	}
 	/* PEERDMA_DFR_V10_MIN: v10's fewest packets per sub-batch (tests set it
 	 * low so that their small rings take the sub-batch path). */
+	{
+		int clk = 0, bus = 0; /* kHz, bits */
+		double bw = 0;
+		if (cudaDeviceGetAttribute(&clk, cudaDevAttrMemoryClockRate, device) == cudaSuccess &&
+		    cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, device) == cudaSuccess)
+			bw = 2.0 * clk * 1e3 * bus / 8;
+		cudaGetLastError();
+		g->auto_min = bw > AUTO_REF_BW ? (uint32_t)(AUTO_MIN_PAYLOAD * bw / AUTO_REF_BW) : AUTO_MIN_PAYLOAD;
+		if ((env = getenv("PEERDMA_DFR_AUTO_MIN")) && *env)
+			g->auto_min = (uint32_t)strtoul(env, NULL, 10);
+	}
 	g->tpmin = TP_MINSUB;
 	if ((env = getenv("PEERDMA_DFR_V10_MIN")) && *env)
 		g->tpmin = (uint32_t)strtoul(env, NULL, 10);
