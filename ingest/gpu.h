@@ -32,8 +32,9 @@
  *   v11    two passes: a header pass, one thread per packet, on the fast path
  *          (pdma_dfr_header_fast: the slot's first 64 bytes in three
  *          independent loads; no shared parser scratch, 8 blocks per SM),
- *          then v9's copy pass with a stride (16-byte output windows per
- *          packet) from the longest payload seen so far; a longer payload is
+ *          then v9's copy pass (2 windows per thread, 6 blocks per SM) with a
+ *          stride (16-byte output windows per packet) from the longest
+ *          payload seen so far; a longer payload is
  *          copied by its header thread and raises that hint for the next
  *          launch;
  *   v5     lane-parallel headers, flattened 16/4-byte warp copy (3 blocks of

@@ -987,9 +987,9 @@ static const struct kvar KV[] = {
 	/* 12 */ { "v9", (const void *)dfr_tp_hdr<false>, 3, 0, false, 12, true, (const void *)dfr_v9_copy<4, 4>, 4 },
 	/* 13 */ { "v9u8", (const void *)dfr_tp_hdr<false>, 3, 0, false, 13, true, (const void *)dfr_v9_copy<8, 2>, 8 },
 	/* 14 */ { "v10", (const void *)dfr_tp_hdr<false>, 3, 0, false, 14, true, (const void *)dfr_v9_copy<4, 4>, 4, true },
-	/* 15 */ { "v11", (const void *)dfr_tp_hdr<true>, 3, 0, false, 15, true, (const void *)dfr_v9_copy<4, 4>, 4,
+	/* 15 */ { "v11", (const void *)dfr_tp_hdr<true>, 3, 0, false, 15, true, (const void *)dfr_v9_copy<2, 6>, 2,
 		   false, true },
-	/* 16 */ { "auto", (const void *)dfr_tp_hdr<true>, 3, 0, false, 16, true, (const void *)dfr_v9_copy<4, 4>, 4,
+	/* 16 */ { "auto", (const void *)dfr_tp_hdr<true>, 3, 0, false, 16, true, (const void *)dfr_v9_copy<2, 6>, 2,
 		   false, true, true },
 };
 #define NKV (sizeof(KV) / sizeof(KV[0]))
