@@ -12,6 +12,15 @@ tmp = tempfile.mkdtemp()
 def run(script):
     subprocess.run(["gnuplot"], input=script.encode(), check=True)
 
+def histogram(name, title, rest):
+    """A bar chart into OUT/name.png; rest: its axes and plot command."""
+    run(f"""set terminal pngcairo size 900,560 noenhanced
+set output '{out}/{name}.png'
+set title '{title}'
+set style data histograms
+set style fill solid 0.8 border -1
+""" + rest)
+
 a = [r for r in d.get("a_deframe_vs_d2d", []) if "deframe_gbps" in r]
 if a:
     f = os.path.join(tmp, "a.dat")
@@ -19,12 +28,7 @@ if a:
         for r in a:
             fh.write('"%d B" %f %f %f\n' % (r["packet_bytes"], r["deframe_gbps"], r["d2d_gbps"],
                                           100 * r["ratio_to_d2d"]))
-    run(f"""set terminal pngcairo size 900,560 noenhanced
-set output '{out}/ingest-deframe.png'
-set title 'GPU deframer vs device-to-device copy ceiling (same run), {gpu}'
-set style data histograms
-set style fill solid 0.8 border -1
-set ylabel 'GB/s (bytes read + written)'
+    histogram("ingest-deframe", f"GPU deframer vs device-to-device copy ceiling (same run), {gpu}", f"""set ylabel 'GB/s (bytes read + written)'
 set yrange [0:*]
 set y2label '% of copy ceiling'
 set y2range [0:110]
@@ -43,12 +47,8 @@ if b.get("staged"):
         for r in b["staged"]:
             fh.write('"%d MiB" %f %f\n' % (r["chunk_bytes"] >> 20, r["h2d_chunked_gbps"], r["staged_gbps"]))
     peak = b["h2d_peak_gbps"]
-    run(f"""set terminal pngcairo size 900,560 noenhanced
-set output '{out}/ingest-staged.png'
-set title 'Host-staged ingest vs H2D copy-engine peak ({peak:.1f} GB/s), 1500-byte packets, {gpu}'
-set style data histograms
-set style fill solid 0.8 border -1
-set ylabel 'GB/s'
+    histogram("ingest-staged", f"Host-staged ingest vs H2D copy-engine peak ({peak:.1f} GB/s), 1500-byte packets, {gpu}",
+              f"""set ylabel 'GB/s'
 set yrange [0:{peak * 1.15:.1f}]
 set key below horizontal
 set grid ytics
@@ -65,12 +65,9 @@ if c:
         base = d.get("d_baseline_2014", {})
         if "max_zero_loss_pps" in base:
             fh.write('"2014: recv+copy/pkt" %f\n' % (base["max_zero_loss_pps"] / 1e3))
-    run(f"""set terminal pngcairo size 900,560 noenhanced
-set output '{out}/ingest-loopback.png'
-set title 'Loopback gen -> ingest, highest zero-loss rate (1500-byte packets; sender-limited where marked in JSON)'
-set style data histograms
-set style fill solid 0.8 border -1
-set ylabel 'thousand packets/s'
+    histogram("ingest-loopback",
+              "Loopback gen -> ingest, highest zero-loss rate (1500-byte packets; sender-limited where marked in JSON)",
+              f"""set ylabel 'thousand packets/s'
 set yrange [0:*]
 set xtics rotate by -30
 set grid ytics
@@ -84,12 +81,9 @@ if e:
             fh.write('"%s %d" %f %f %f %f\n' % (r["path"], r["packets_per_batch"], r["sync_stream_us"],
                                              r["sync_graph_us"], r["pipelined_stream_us"],
                                              r["pipelined_graph_us"]))
-    run(f"""set terminal pngcairo size 900,560 noenhanced
-set output '{out}/ingest-small-batches.png'
-set title 'Small batches of 1500-byte packets back to back: stream vs CUDA graph launch, {gpu}'
-set style data histograms
-set style fill solid 0.8 border -1
-set ylabel 'microseconds per batch'
+    histogram("ingest-small-batches",
+              f"Small batches of 1500-byte packets back to back: stream vs CUDA graph launch, {gpu}",
+              f"""set ylabel 'microseconds per batch'
 set yrange [0:*]
 set xtics rotate by -30
 set key below horizontal

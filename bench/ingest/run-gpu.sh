@@ -49,11 +49,8 @@ export PEERDMA_DFR_KERNEL=$best
 echo "kernel used from here on: $best"
 
 echo "=== 2. ctest -L gpu"
-bsrc=$(sed -nE 's/^# Source directory: (.*)/\1/p' "$B/CTestTestfile.cmake")
-if [ -n "$bsrc" ] && [ "$bsrc" != "$src" ] && [ ! -e "$bsrc" ]; then
-	mkdir -p "$(dirname "$bsrc")" && ln -s "$src" "$bsrc"
-fi
-bdir=$(sed -nE 's/^# Build directory: (.*)/\1/p' "$B/CTestTestfile.cmake")
+. "$src/tests/gpu/ctest-dir.sh"
+bdir=$(ctest_dir "$B" "$src")
 {
 	echo "# $(date -u '+%F %T UTC') $(uname -r) PEERDMA_DFR_KERNEL=$best"
 	nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total --format=csv,noheader

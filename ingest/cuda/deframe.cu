@@ -114,10 +114,6 @@ __device__ static int dfr_lookup(const struct pdma_dfr_config *c, unsigned long 
 
 #define DFR_CACHE 64   /* stream-table entries cached in shared memory */
 
-/* Header stage of one packet, run by one lane: validate, find the stream
- * (shared-memory copy of the table first; global compare-and-swap only when a
- * stream is first seen), check the payload size, and claim the output
- * position with the tag atomic (newer wins). */
 /* Per-thread parser scratch in shared memory (SV variants), padded so that
  * the 32 lanes' copies of a field spread over the banks (38-word stride:
  * 2-way conflicts at most). */
@@ -143,9 +139,13 @@ __device__ __noinline__ static struct dfr_hres dfr_header_slow(struct pdma_dfr_c
 	return h;
 }
 
-/* FAST: try pdma_dfr_header_fast() first (three independent 16-byte loads of
- * the slot's first 64 bytes, then the trailer), the general path only for
- * what it declines. */
+/* Header stage of one packet, run by one lane: validate, find the stream
+ * (shared-memory copy of the table first; global compare-and-swap only when a
+ * stream is first seen), check the payload size, and claim the output
+ * position with the tag atomic (newer wins).
+ * FAST: pp, when given, is the slot's prefix (pdma_dfr_prefix, loaded by the
+ * caller), and pdma_dfr_header_fast() runs first; the general path, out of
+ * line, only for what it declines or when there is no prefix. */
 template <bool SV, bool FAST>
 __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
 			       unsigned long long *s_keys, uint32_t *s_plen, uint32_t ncache,
@@ -156,15 +156,8 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 	struct pdma_dfr_pkt r;
 	int st = PDMA_DFR_ST_DATA;
 	bool done = false;
-	if constexpr (FAST) {
-		if (pp) {
-			done = pdma_dfr_header_fast(&c, slot, slot_size, pp, &d, &r);
-		} else if (slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)slot & 15)) {
-			struct pdma_dfr_pre pre;
-			pdma_dfr_prefix(slot, &pre);
-			done = pdma_dfr_header_fast(&c, slot, slot_size, &pre, &d, &r);
-		}
-	}
+	if constexpr (FAST)
+		done = pp && pdma_dfr_header_fast(&c, slot, slot_size, pp, &d, &r);
 	if (!done) {
 		if constexpr (SV) {
 			st = pdma_dfr_header_v(&c, slot, slot_size, &d, &r, &sv->v);
@@ -593,6 +586,18 @@ __global__ void __launch_bounds__(256, MINB)
 #endif
 }
 
+/* One thread copies a whole payload (v11's rare overflow case). */
+__device__ static void copy_serial(uint8_t *d, const uint8_t *s, uint32_t len)
+{
+	if ((((uintptr_t)d | (uintptr_t)s | len) & 3) == 0) {
+		for (uint32_t k = 0; k < len; k += 4)
+			*(uint32_t *)(d + k) = *(const uint32_t *)(s + k);
+	} else {
+		for (uint32_t k = 0; k < len; k++)
+			d[k] = s[k];
+	}
+}
+
 /* ---- two-pass variant (v8tp): header pass, then a full-grid copy ----
  * Pass 1: one thread per packet runs the same header stage (dfr_lane) and
  * writes a work-list entry {dst lo, dst hi, source offset in the slot,
@@ -608,18 +613,6 @@ __global__ void __launch_bounds__(256, MINB)
  * The partial first and last windows take 4-byte (else byte) stores.
  * Measured on the H100: about half of v7s's rate (bench/ingest/NOTES.md,
  * "Version 8 try"); kept as a variant, not the default. */
-/* One thread copies a whole payload (v11's rare overflow case). */
-__device__ static void copy_serial(uint8_t *d, const uint8_t *s, uint32_t len)
-{
-	if ((((uintptr_t)d | (uintptr_t)s | len) & 3) == 0) {
-		for (uint32_t k = 0; k < len; k += 4)
-			*(uint32_t *)(d + k) = *(const uint32_t *)(s + k);
-	} else {
-		for (uint32_t k = 0; k < len; k++)
-			d[k] = s[k];
-	}
-}
-
 /* FAST (v11): stride is the copy pass's windows per packet, from the host's
  * hint (the longest payload it knows of, hint bytes; 0: the slot geometry's
  * bound, which every packet fits). A payload wider than that (a new, longer
@@ -796,14 +789,16 @@ __global__ void __launch_bounds__(256)
  * store for a full window, 4-byte or byte stores for the partial first and
  * last windows). The source address is the packet's slot (index * slot size)
  * plus the work list's payload offset. */
-/* Units base, base + 256, ..., base + 256 * (U - 1) of a copy grid over
- * packets of `stride` windows each: unit k is window k % stride of packet
- * k / stride, whose slot is slots + (k / stride) * slot_size and whose
- * work-list entry is entry(k / stride). Units >= total do nothing. */
-template <int U, typename E>
-__device__ __forceinline__ void copy_windows(const uint8_t *__restrict__ slots, uint32_t slot_size,
-					     uint32_t stride, uint8_t *out, uint32_t base, uint32_t total, E entry)
+template <int U, int MINB>
+__global__ void __launch_bounds__(256, MINB)
+	dfr_v9_copy(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
+		    uint8_t *out, const uint4 *__restrict__ wl)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+	const uint32_t total = n * stride; /* < 2^32: checked on the host */
+	const uint32_t base = blockIdx.x * (256u * U) + threadIdx.x;
 	uint4 e[U];
 	uint32_t p[U], u[U];
 #pragma unroll
@@ -811,7 +806,7 @@ __device__ __forceinline__ void copy_windows(const uint8_t *__restrict__ slots, 
 		const uint32_t k = base + 256u * q;
 		p[q] = k / stride;
 		u[q] = k - p[q] * stride;
-		e[q] = k < total ? entry(p[q]) : make_uint4(0, 0, 0, 0);
+		e[q] = k < total ? __ldg(&wl[1 + p[q]]) : make_uint4(0, 0, 0, 0);
 	}
 	uint4 l0[U], l1[U];
 	uintptr_t aw[U];
@@ -861,19 +856,6 @@ __device__ __forceinline__ void copy_windows(const uint8_t *__restrict__ slots, 
 					((uint8_t *)aw[q])[j] = (uint8_t)(wd[j >> 2] >> (8 * (j & 3)));
 		}
 	}
-}
-
-template <int U, int MINB>
-__global__ void __launch_bounds__(256, MINB)
-	dfr_v9_copy(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
-		    uint8_t *out, const uint4 *__restrict__ wl)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-	/* n * stride < 2^32: checked on the host */
-	copy_windows<U>(slots, slot_size, stride, out, blockIdx.x * (256u * U) + threadIdx.x, n * stride,
-			[&](uint32_t p) { return __ldg(&wl[1 + p]); });
 }
 
 /* ---- copies for the measurements (bench_copy) ---- */
@@ -1042,10 +1024,10 @@ struct kplan {
 
 /* on_device: the slots are device memory (TMA may read them); mapped host
  * memory always takes a register-copy variant. */
-static void make_kplan(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
-		       struct pdma_dfr_desc *d_desc, bool on_device, struct kplan *k)
+static void make_kplan(struct pdma_gpu_dfr *g, const struct kvar *kv, const void *slots, uint32_t slot_size,
+		       uint32_t n, struct pdma_dfr_desc *d_desc, bool on_device, struct kplan *k)
 {
-	k->kv = (g->kv->tma && !(on_device && g->tma_ok)) ? &KV[g->kv->plain] : g->kv;
+	k->kv = (kv->tma && !(on_device && g->tma_ok)) ? &KV[kv->plain] : kv;
 	kshape(g, n, k->kv->minb, &k->blocks, &k->group);
 	k->c = g->c;
 	k->t = g->t;
@@ -1084,8 +1066,8 @@ static int klaunch(struct pdma_gpu_dfr *g, struct kplan *k, cudaStream_t s)
 	return 0;
 }
 
-/* The two-pass variants (v8tp, v9, v10): header pass, copy pass, on stream s (its own
- * work list per stream). A batch whose copy grid would pass 2^32 threads
+/* The two-pass variants (v8tp ... v11, auto): header pass, copy pass, on
+ * stream s (its own work list per stream). A batch whose copy grid would pass 2^32 threads
  * takes a one-pass variant (DFR_FALLBACK_KV) instead. */
 static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
 		     struct pdma_dfr_desc *d_desc, cudaStream_t s)
@@ -1194,27 +1176,19 @@ static int launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size,
 		  struct pdma_dfr_desc *d_desc, bool on_device, cudaStream_t s)
 {
 	struct kplan k;
+	const struct kvar *kv = g->kv;
 	if (!n)
 		return 0;
-	if (g->kv->autosel && *(volatile uint32_t *)g->hint_h < g->auto_min) {
+	if (kv->autosel && *(volatile uint32_t *)g->hint_h < g->auto_min) {
 		/* auto: payloads short (or not yet seen): the one-pass kernel. */
-		const struct kvar *was = g->kv;
-		g->kv = &KV[DFR_FALLBACK_KV];
-		make_kplan(g, slots, slot_size, n, d_desc, on_device, &k);
-		g->kv = was;
-		return klaunch(g, &k, s);
-	}
-	if (g->kv->tp) {
+		kv = &KV[DFR_FALLBACK_KV];
+	} else if (kv->tp) {
 		int r = launch_tp(g, slots, slot_size, n, d_desc, s);
 		if (r <= 0)
 			return r;
-		const struct kvar *was = g->kv;
-		g->kv = &KV[DFR_FALLBACK_KV];
-		make_kplan(g, slots, slot_size, n, d_desc, on_device, &k);
-		g->kv = was;
-		return klaunch(g, &k, s);
+		kv = &KV[DFR_FALLBACK_KV]; /* too large for the copy grid */
 	}
-	make_kplan(g, slots, slot_size, n, d_desc, on_device, &k);
+	make_kplan(g, kv, slots, slot_size, n, d_desc, on_device, &k);
 	return klaunch(g, &k, s);
 }
 
@@ -1392,11 +1366,11 @@ static int enqueue_run(struct pdma_gpu_dfr *g, const void *dp, bool on_device, u
 {
 	if (!n)
 		return 0;
-	if (g->launch == PDMA_GPU_LAUNCH_GRAPH && !g->kv->tp) { /* v8tp: streams */
+	if (g->launch == PDMA_GPU_LAUNCH_GRAPH && !g->kv->tp) { /* two-pass variants: streams */
 		struct bplan b;
 		b.kind = 0;
 		b.nch = 1;
-		make_kplan(g, dp, slot_size, n, want_desc ? g->d_desc + doff : NULL, on_device, &b.k[0]);
+		make_kplan(g, g->kv, dp, slot_size, n, want_desc ? g->d_desc + doff : NULL, on_device, &b.k[0]);
 		b.desc = want_desc;
 		b.hdesc = g->h_desc + doff;
 		b.ddesc = g->d_desc + doff;
@@ -1452,7 +1426,7 @@ static int enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slo
 		per = 1;
 	if ((ret = ensure_stage(g, (size_t)per * slot_size)))
 		return ret;
-	if (g->launch == PDMA_GPU_LAUNCH_GRAPH && !g->kv->tp) { /* v8tp: streams */
+	if (g->launch == PDMA_GPU_LAUNCH_GRAPH && !g->kv->tp) { /* two-pass variants: streams */
 		struct bplan b;
 		uint32_t first = 0;
 		while (first < n) {
@@ -1464,7 +1438,7 @@ static int enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slo
 				b.hsrc[k] = (const uint8_t *)host + (size_t)first * slot_size;
 				b.stage[k] = g->stage[k & 1];
 				b.bytes[k] = (size_t)cnt * slot_size;
-				make_kplan(g, g->stage[k & 1], slot_size, cnt,
+				make_kplan(g, g->kv, g->stage[k & 1], slot_size, cnt,
 					   want_desc ? g->d_desc + doff + first : NULL, true, &b.k[k]);
 				b.nch++;
 				first += cnt;
@@ -1653,8 +1627,6 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 		else if (strcmp(env, "graph"))
 			fprintf(stderr, "gpu deframer: PEERDMA_GPU_LAUNCH=%s: not stream or graph, ignored\n", env);
 	}
-	/* PEERDMA_DFR_V10_MIN: v10's fewest packets per sub-batch (tests set it
-	 * low so that their small rings take the sub-batch path). */
 	{
 		int clk = 0, bus = 0; /* kHz, bits */
 		double bw = 0;
@@ -1666,6 +1638,8 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 		if ((env = getenv("PEERDMA_DFR_AUTO_MIN")) && *env)
 			g->auto_min = (uint32_t)strtoul(env, NULL, 10);
 	}
+	/* PEERDMA_DFR_V10_MIN: v10's fewest packets per sub-batch (tests set it
+	 * low so that their small rings take the sub-batch path). */
 	g->tpmin = TP_MINSUB;
 	if ((env = getenv("PEERDMA_DFR_V10_MIN")) && *env)
 		g->tpmin = (uint32_t)strtoul(env, NULL, 10);

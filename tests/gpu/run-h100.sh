@@ -19,12 +19,8 @@ src=$(dirname "$(readlink -f "$0")")/../..
 src=$(readlink -f "$src")
 export LD_LIBRARY_PATH=$build/dev${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
-# ctest files name the build machine's absolute paths: make them resolve here.
-bsrc=$(sed -nE 's/^# Source directory: (.*)/\1/p' "$build/CTestTestfile.cmake")
-if [ -n "$bsrc" ] && [ "$bsrc" != "$src" ] && [ ! -e "$bsrc" ]; then
-	mkdir -p "$(dirname "$bsrc")" && ln -s "$src" "$bsrc"
-fi
-bdir=$(sed -nE 's/^# Build directory: (.*)/\1/p' "$build/CTestTestfile.cmake")
+. "$src/tests/gpu/ctest-dir.sh"
+bdir=$(ctest_dir "$build" "$src")
 
 {
 	echo "# $(date -u '+%F %T UTC') $(uname -r)"
