@@ -224,9 +224,16 @@ PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, struct pdma_dfr_pre *p)
 #endif
 }
 
-PDMA_DFR_FN int pdma_dfr_header_fast(const struct pdma_dfr_config *c, const uint8_t *slot,
-				     uint32_t slot_size, const struct pdma_dfr_pre *p,
-				     struct pdma_dfr_desc *d, struct pdma_dfr_pkt *r)
+/* The fast path without the trailer: everything pdma_dfr_header_fast()
+ * checks but the trailer word's content, from the prefix alone. Returns 1 and
+ * fills *d, *r as the fast path does, with *tr_off the trailer's byte offset
+ * in the slot (0: the packet has none); the packet is the fast path's (and
+ * the general path's) only if that trailer passes pdma_vrt_trailer_ok().
+ * A deframer that defers the trailer (the GPU's v14) must check it before
+ * the packet's verdict counts. */
+PDMA_DFR_FN int pdma_dfr_header_fast_nt(const struct pdma_dfr_config *c, uint32_t slot_size,
+					const struct pdma_dfr_pre *p, struct pdma_dfr_desc *d,
+					struct pdma_dfr_pkt *r, uint32_t *tr_off)
 {
 	const uint32_t h = p->h, type = h >> 28, words = h & 0xffffu, tr = (h >> 26) & 1u;
 	uint32_t plen, spp;
@@ -244,11 +251,6 @@ PDMA_DFR_FN int pdma_dfr_header_fast(const struct pdma_dfr_config *c, const uint
 		return 0;
 	if (p->c0 & ((h & (1u << 25)) ? 0x07000000u : 0xff000000u))
 		return 0;
-	if (tr) {
-		const uint32_t t = pdma_vrt_get32(slot + PDMA_SLOT_HDR + words * 4u - 4u);
-		if (((t >> 8) & 0xfffu & ~(t >> 20)) || (!(t & PDMA_VRT_TR_E) && (t & 0x7fu)))
-			return 0;
-	}
 	plen = words * 4u - 28u - 4u * tr;
 	frac = ((uint64_t)p->fhi << 32) | p->flo;
 	if (frac >= c->sample_rate || plen == 0 || plen % c->bytes_per_sample || plen > c->max_payload)
@@ -264,7 +266,19 @@ PDMA_DFR_FN int pdma_dfr_header_fast(const struct pdma_dfr_config *c, const uint
 	d->stream_id = p->sid;
 	d->stream = PDMA_DFR_NO_STREAM;
 	d->count = (uint8_t)(((h >> 16) & 15u) | 0x10u);
+	*tr_off = tr ? PDMA_SLOT_HDR + words * 4u - 4u : 0u;
 	return 1;
+}
+
+PDMA_DFR_FN int pdma_dfr_header_fast(const struct pdma_dfr_config *c, const uint8_t *slot,
+				     uint32_t slot_size, const struct pdma_dfr_pre *p,
+				     struct pdma_dfr_desc *d, struct pdma_dfr_pkt *r)
+{
+	uint32_t tr_off;
+
+	if (!pdma_dfr_header_fast_nt(c, slot_size, p, d, r, &tr_off))
+		return 0;
+	return !tr_off || pdma_vrt_trailer_ok(pdma_vrt_get32(slot + tr_off));
 }
 
 /* Host (single-threaded) stream lookup; returns index or -1 when full. */

@@ -51,7 +51,13 @@
  *   v8tp   two passes: the general header pass writing a work list, then one
  *          thread per 16-byte output window; v9: the copy pass with its stride
  *          from the slot geometry, 4 windows per thread; v9u8: 8 windows;
- *   v10    v9 in sub-batches, header pass k + 1 overlapping copy pass k.
+ *   v10    v9 in sub-batches, header pass k + 1 overlapping copy pass k;
+ *   v14    experimental, not yet measured: v11 with the trailer checked in
+ *          the copy pass (which reads the bytes beside it anyway) for packets
+ *          of known streams; a claim whose trailer fails is undone before
+ *          the copy pass ends (put a valid duplicate in place or give the
+ *          tag back), so the result is v11's; v14b5: its copy pass at 5
+ *          blocks per SM (no register spill).
  */
 #ifndef PDMA_INGEST_GPU_H
 #define PDMA_INGEST_GPU_H
@@ -61,7 +67,7 @@
 
 #include "deframe.h"
 
-#define PDMA_GPU_API_VERSION 2
+#define PDMA_GPU_API_VERSION 3
 
 struct pdma_gpu_dfr;
 
@@ -81,10 +87,12 @@ struct pdma_gpu_bench {
 #define PDMA_GPU_COPY_SKEL1 2    /* payloads only (no parse, no tags), one contiguous output */
 #define PDMA_GPU_COPY_SKEL4 3    /* payloads only, four output streams like the deframer's */
 /* Probes of the two-pass header pass (time on the deframer's byte count):
- * v11's header pass alone; its slot loads alone (prefix + trailer; prefix). */
+ * v11's header pass alone; its slot loads alone (prefix + trailer; prefix);
+ * v14's header pass alone (trailers deferred). */
 #define PDMA_GPU_COPY_HDR 4
 #define PDMA_GPU_COPY_TOUCH 5
 #define PDMA_GPU_COPY_TOUCHP 6
+#define PDMA_GPU_COPY_HDRD 7
 
 struct pdma_gpu_ops {
 	uint32_t version;
@@ -145,6 +153,11 @@ struct pdma_gpu_ops {
 	int (*bench_batches)(struct pdma_gpu_dfr *g, const void *host_slots, uint32_t slot_size,
 			     uint32_t per, uint32_t batches, int staged, int mode, int sync_each,
 			     int reps, struct pdma_gpu_bench *r);
+	/* ---- version 3 ---- */
+	/* v14: packets whose deferred trailer failed after their claim, undone
+	 * since open or reset_tables (a diagnostic and a test hook); waits for
+	 * the device. Negative errno on failure. */
+	int64_t (*repairs)(struct pdma_gpu_dfr *g);
 };
 
 typedef int (*pdma_vrt_cuda_api_fn)(struct pdma_gpu_ops *ops, uint32_t version);

@@ -61,7 +61,7 @@ static int copy_kind(const char *item)
 		{ "copy", PDMA_GPU_COPY_KERNEL }, { "simple", PDMA_GPU_COPY_SIMPLE },
 		{ "skel1", PDMA_GPU_COPY_SKEL1 }, { "skel4", PDMA_GPU_COPY_SKEL4 },
 		{ "hdr", PDMA_GPU_COPY_HDR },     { "touch", PDMA_GPU_COPY_TOUCH },
-		{ "touchp", PDMA_GPU_COPY_TOUCHP },
+		{ "touchp", PDMA_GPU_COPY_TOUCHP }, { "hdrd", PDMA_GPU_COPY_HDRD },
 	};
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
 		if (!strcmp(item, k[i].name))
@@ -402,7 +402,7 @@ static void part_x(struct ctx *x)
 	static const uint32_t def[] = { 1024, 1500, 8192 };
 	static const char *items[] = { "d2d", "copy", "simple", "skel1", "skel4", "v5", "v5cs", "v5b4",
 				       "v5na", "v6", "v6b4", "v7s", "v7", "v7b4", "tma", "v6tma", "v8tp", "v9",
-				       "v9u8", "v10", "v11", "auto", "hdr", "touch", "touchp" };
+				       "v9u8", "v10", "v11", "auto", "v14", "v14b5", "hdr", "hdrd", "touch", "touchp" };
 	const size_t nitems = sizeof(items) / sizeof(items[0]);
 	uint32_t sizes[8];
 	size_t nsizes = size_list(x, def, sizeof(def) / sizeof(def[0]), sizes);

@@ -125,6 +125,15 @@ struct pdma_vrt_packet {
 /* Trailer bits (data packets). */
 #define PDMA_VRT_TR_E (1u << 7)
 
+/* A trailer word (host order) passes strict validation: an indicator (bits
+ * 19-8) is meaningful only with its enable (bits 31-20), a count (6-0) only
+ * with E (returns 1; 0: the parser's PDMA_VRT_E_TRAILER). Shared by the parser
+ * and deframers that check the trailer apart from the header. */
+PDMA_VRT_FN int pdma_vrt_trailer_ok(uint32_t t)
+{
+	return !((t >> 8) & 0xfffu & ~(t >> 20)) && ((t & PDMA_VRT_TR_E) || !(t & 0x7fu));
+}
+
 PDMA_VRT_FN uint32_t pdma_vrt_get32(const uint8_t *p)
 {
 #if defined(__CUDA_ARCH__)
@@ -337,11 +346,7 @@ PDMA_VRT_FN int pdma_vrt_parse(const void *buf, size_t len, unsigned flags,
 	p->payload_len = words * 4 - off - ((p->flags & PDMA_VRT_F_TRAILER) ? 4u : 0u);
 	if (p->flags & PDMA_VRT_F_TRAILER) {
 		uint32_t t = pdma_vrt_get32(b + words * 4 - 4);
-		/* An indicator (bits 19-8) is meaningful only with its enable
-		 * (bits 31-20); a count (6-0) only with E. Strict: reject both. */
-		if ((t >> 8) & 0xfffu & ~(t >> 20))
-			return -PDMA_VRT_E_TRAILER;
-		if (!(t & PDMA_VRT_TR_E) && (t & 0x7fu))
+		if (!pdma_vrt_trailer_ok(t))
 			return -PDMA_VRT_E_TRAILER;
 		p->trailer = t;
 	}

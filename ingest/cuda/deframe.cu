@@ -75,6 +75,12 @@ struct pdma_gpu_dfr {
 	uint32_t *hint_h, *hint_d;  /* v11, auto: longest payload seen (mapped host word; 0 unknown) */
 	uint32_t *d_pmax;           /* ... its device-side maximum */
 	uint32_t auto_min;          /* auto: v11 from payloads this long (AUTO_MIN_PAYLOAD) */
+	unsigned long long *v14undo[2]; /* v14, per stream s[i], tpcap entries: undo, bad, scratch descriptors */
+	uint32_t *v14bad[2];
+	struct pdma_dfr_desc *v14desc[2];
+	size_t v14cap[2];
+	uint32_t *v14ctl;           /* [0..3] v14_args.ctl per stream, [4..5] v14_args.nodefer */
+	cudaEvent_t evk[2];         /* v14: kernel k done, kernel k + 1 waits (staged) */
 	struct {                    /* registered host ranges and their device aliases */
 		const uint8_t *p, *d;
 		size_t n;
@@ -139,6 +145,27 @@ __device__ __noinline__ static struct dfr_hres dfr_header_slow(struct pdma_dfr_c
 	return h;
 }
 
+/* v14 (deferred trailer): what its header and copy passes share. The header
+ * pass decides a fast-path packet of a known stream from the slot's prefix
+ * alone and claims its output position; the trailer, the one field outside
+ * the prefix, is checked by the copy pass, which reads the bytes next to it
+ * anyway. A claim whose trailer then fails is undone before the copy pass
+ * ends (v14_repair). Per deframer and stream: ctl[0] failed trailers this
+ * launch, ctl[1] copy blocks finished; per deframer: nodefer[0] turns
+ * deferral off (sticky until the tables are reset; see v14_repair),
+ * nodefer[1] counts repaired packets. */
+struct v14_args {
+	unsigned long long *undo; /* [n] the tag a deferred claim replaced */
+	uint32_t *bad;            /* [n] packets whose deferred trailer failed */
+	uint32_t *ctl;            /* [2], see above */
+	uint32_t *nodefer;
+	struct pdma_dfr_desc *desc; /* the batch's descriptors (scratch when none wanted) */
+	struct pdma_dfr_config c;
+	struct pdma_dfr_tables t;
+};
+
+#define WL_DEFER 0x80000000u /* work-list source offset: trailer not yet checked */
+
 /* Header stage of one packet, run by one lane: validate, find the stream
  * (shared-memory copy of the table first; global compare-and-swap only when a
  * stream is first seen), check the payload size, and claim the output
@@ -146,16 +173,54 @@ __device__ __noinline__ static struct dfr_hres dfr_header_slow(struct pdma_dfr_c
  * FAST: pp, when given, is the slot's prefix (pdma_dfr_prefix, loaded by the
  * caller), and pdma_dfr_header_fast() runs first; the general path, out of
  * line, only for what it declines or when there is no prefix. */
-template <bool SV, bool FAST>
+template <bool SV, bool FAST, bool DEFER = false>
 __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
 			       unsigned long long *s_keys, uint32_t *s_plen, uint32_t ncache,
 			       const uint8_t *slot, uint32_t slot_size, struct pdma_dfr_desc &d,
 			       uint32_t &off, uint32_t &len, unsigned long long &dst, struct vrt_scratch *sv,
-			       uint32_t *pmax, uint32_t *hhint, const struct pdma_dfr_pre *pp = nullptr)
+			       uint32_t *pmax, uint32_t *hhint, const struct pdma_dfr_pre *pp = nullptr,
+			       uint32_t stride = 0, unsigned long long *undo = nullptr)
 {
 	struct pdma_dfr_pkt r;
 	int st = PDMA_DFR_ST_DATA;
 	bool done = false;
+	if constexpr (DEFER) {
+		/* v14: a fast-path packet with a trailer, of a stream this block
+		 * has cached with the same payload length, is decided without
+		 * its trailer (*undo set: the copy pass checks it). Everything
+		 * else below changes tables (a new stream, a payload length) or
+		 * copies here, so it reads the trailer first, as v11 does. */
+		uint32_t tro = 0;
+		if (undo && pp && pdma_dfr_header_fast_nt(&c, slot_size, pp, &d, &r, &tro) && tro) {
+			const unsigned long long want = (1ull << 32) | d.stream_id;
+			uint32_t k = 0;
+			while (k < ncache && s_keys[k] != want && s_keys[k] != 0)
+				k++;
+			const size_t pos = (size_t)(r.pkt % c.out_pkts);
+			const unsigned long long o = (size_t)k * c.out_pkts * c.max_payload + pos * r.payload_len;
+			const uintptr_t a = (uintptr_t)(t.out + o);
+			if (k < ncache && s_keys[k] == want && s_plen[k] == r.payload_len &&
+			    (uint32_t)(((a + r.payload_len + 15) >> 4) - (a >> 4)) <= stride) {
+				d.stream = (uint16_t)k;
+				unsigned long long *tag = (unsigned long long *)&t.tags[(size_t)k * c.out_pkts + pos];
+				const unsigned long long was = atomicMax(tag, (unsigned long long)(r.pkt + 1));
+				if (was >= r.pkt + 1) {
+					/* Lost: nothing changed; its own verdict needs
+					 * its trailer, now. */
+					if (pdma_vrt_trailer_ok(pdma_vrt_get32(slot + tro)))
+						return PDMA_DFR_ST_DATA_OLD;
+					const struct dfr_hres h = dfr_header_slow(c, slot, slot_size);
+					d = h.d;
+					return h.st;
+				}
+				*undo = was;
+				off = (PDMA_SLOT_HDR + r.payload_off) | WL_DEFER;
+				len = r.payload_len;
+				dst = o;
+				return PDMA_DFR_ST_DATA;
+			}
+		}
+	}
 	if constexpr (FAST)
 		done = pp && pdma_dfr_header_fast(&c, slot, slot_size, pp, &d, &r);
 	if (!done) {
@@ -621,18 +686,20 @@ __device__ static void copy_serial(uint8_t *d, const uint8_t *s, uint32_t len)
  * maximum *pmax and writes the result to the host's hint word (*hhint, mapped
  * host memory), so the next launch's stride covers it. The copy pass never
  * depends on the hint being right, only its width does. */
-template <bool FAST>
+/* DEFER (v14, FAST only): dfr_lane's deferred trailer; descriptors always
+ * go to va.desc, which the copy pass's repair reads. */
+template <bool FAST, bool DEFER = false>
 __global__ void __launch_bounds__(256)
 	dfr_tp_hdr(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
 		   uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl, uint32_t seq,
-		   uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint)
+		   uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint, struct v14_args va)
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
 	/* The fast path needs no parser scratch (its fallback keeps a frame of
 	 * its own): 38 KiB less shared memory per block, more resident blocks. */
 	__shared__ struct vrt_scratch s_v[FAST ? 1 : 256];
-	__shared__ uint32_t s_red[2];
+	__shared__ uint32_t s_red[3];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	/* The copy pass (launched with programmatic stream serialization) may
 	 * start its blocks once every block here has begun; they wait in
@@ -658,14 +725,25 @@ __global__ void __launch_bounds__(256)
 	}
 	if (threadIdx.x < 2)
 		s_red[threadIdx.x] = 0;
+	if constexpr (DEFER) {
+		if (threadIdx.x == 0)
+			s_red[2] = *(volatile uint32_t *)va.nodefer;
+	}
 	__syncthreads();
 	uint32_t off = 0, len = 0;
 	unsigned long long dst = 0;
 	if (i < n) {
 		const uint8_t *myslot = slots + (size_t)i * slot_size;
 		struct pdma_dfr_desc d;
-		int st = dfr_lane<!FAST, FAST>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
-					       &s_v[FAST ? 0 : threadIdx.x], pmax, hhint, pre_ok ? &pre : nullptr);
+		unsigned long long *undo = nullptr;
+		if constexpr (DEFER) {
+			desc = va.desc;
+			if (!s_red[2])
+				undo = &va.undo[i];
+		}
+		int st = dfr_lane<!FAST, FAST, DEFER>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len,
+						      dst, &s_v[FAST ? 0 : threadIdx.x], pmax, hhint,
+						      pre_ok ? &pre : nullptr, stride, undo);
 		d.status = (int8_t)st;
 		if (desc)
 			desc[i] = d;
@@ -674,6 +752,7 @@ __global__ void __launch_bounds__(256)
 		uint32_t wlen = len;
 		if constexpr (FAST) {
 			const uintptr_t a = (uintptr_t)(t.out + dst);
+			/* (never a deferred packet: dfr_lane checked its width) */
 			if (len && (uint32_t)(((a + len + 15) >> 4) - (a >> 4)) > stride) {
 				copy_serial(t.out + dst, myslot + off, len);
 				wlen = 0;
@@ -789,10 +868,41 @@ __global__ void __launch_bounds__(256)
  * store for a full window, 4-byte or byte stores for the partial first and
  * last windows). The source address is the packet's slot (index * slot size)
  * plus the work list's payload offset. */
-template <int U, int MINB>
+__device__ __noinline__ static void v14_repair(const struct v14_args va, const uint8_t *slots, uint32_t slot_size,
+					       uint32_t n);
+
+/* A copy window's store state between its loads and its store: [lo, hi)
+ * bytes stored, source misalignment m, 4-byte stores allowed (w4). Packed
+ * into one register when PACK (v14, whose trailer words would otherwise
+ * push the copy pass past 40 registers into spills); four for v9 / v11. */
+template <bool PACK> struct win {
+	uint32_t l, h, mm, f;
+	__device__ void set(uint32_t lo_, uint32_t hi_, uint32_t m_, bool w4_) { l = lo_; h = hi_; mm = m_; f = w4_; }
+	__device__ uint32_t lo() const { return l; }
+	__device__ uint32_t hi() const { return h; }
+	__device__ uint32_t m() const { return mm; }
+	__device__ bool w4() const { return f; }
+};
+template <> struct win<true> {
+	uint32_t v; /* lo 0-4, hi 5-9, m 10-13, w4 14 */
+	__device__ void set(uint32_t lo_, uint32_t hi_, uint32_t m_, bool w4_)
+	{
+		v = lo_ | hi_ << 5 | m_ << 10 | (uint32_t)w4_ << 14;
+	}
+	__device__ uint32_t lo() const { return v & 31u; }
+	__device__ uint32_t hi() const { return (v >> 5) & 31u; }
+	__device__ uint32_t m() const { return (v >> 10) & 15u; }
+	__device__ bool w4() const { return (v >> 14) & 1u; }
+};
+
+/* DEFER (v14): a work-list entry with WL_DEFER has its trailer word (right
+ * after the payload, in the sector the last window reads) loaded with the
+ * payload; if it fails, the packet stores nothing and its first window's
+ * thread lists it for v14_repair, which the last block to end runs. */
+template <int U, int MINB, bool DEFER = false>
 __global__ void __launch_bounds__(256, MINB)
 	dfr_v9_copy(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
-		    uint8_t *out, const uint4 *__restrict__ wl)
+		    uint8_t *out, const uint4 *__restrict__ wl, struct v14_args va)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -810,51 +920,170 @@ __global__ void __launch_bounds__(256, MINB)
 	}
 	uint4 l0[U], l1[U];
 	uintptr_t aw[U];
-	uint32_t m[U], lo[U], hi[U], w4[U];
+	struct win<DEFER> w[U];
+	uint32_t tw[U];
 #pragma unroll
 	for (int q = 0; q < U; q++) {
 		const uint32_t len = e[q].w;
 		const uintptr_t a = (uintptr_t)(out + (((unsigned long long)e[q].y << 32) | e[q].x));
-		const uintptr_t s = (uintptr_t)(slots + (size_t)p[q] * slot_size + e[q].z);
+		const uintptr_t s = (uintptr_t)(slots + (size_t)p[q] * slot_size + (DEFER ? e[q].z & ~WL_DEFER : e[q].z));
 		const uint32_t nw = (uint32_t)(((a + len + 15) >> 4) - (a >> 4));
 		l0[q] = make_uint4(0, 0, 0, 0);
 		l1[q] = l0[q];
 		aw[q] = (a & ~(uintptr_t)15) + 16u * u[q];
-		lo[q] = hi[q] = 0; /* bytes [lo, hi) of the window are stored */
-		m[q] = 0;
-		w4[q] = ((a | len) & 3) == 0;
+		uint32_t lo = 0, hi = 0, m = 0; /* bytes [lo, hi) of the window are stored */
+		tw[q] = 0; /* DEFER: the trailer word (0 passes: nothing deferred) */
 		if (len && u[q] < nw) {
-			lo[q] = aw[q] >= a ? 0 : (uint32_t)(a - aw[q]);
-			hi[q] = aw[q] + 16 <= a + len ? 16 : (uint32_t)(a + len - aw[q]);
+			lo = aw[q] >= a ? 0 : (uint32_t)(a - aw[q]);
+			hi = aw[q] + 16 <= a + len ? 16 : (uint32_t)(a + len - aw[q]);
 			const uintptr_t ss = s + aw[q] - a; /* source of the window's byte 0 */
-			m[q] = (uint32_t)ss & 15;
-			const uintptr_t b0 = ss - m[q];
-			if (m[q] + lo[q] < 16)
+			m = (uint32_t)ss & 15;
+			const uintptr_t b0 = ss - m;
+			if (m + lo < 16)
 				l0[q] = __ldg((const uint4 *)b0);
-			if (m[q] + hi[q] > 16)
+			if (m + hi > 16)
 				l1[q] = __ldg((const uint4 *)b0 + 1);
+			/* Fast-path payloads are whole words after a 7-word
+			 * prologue: the trailer word is aligned. */
+			if (DEFER && (e[q].z & WL_DEFER))
+				tw[q] = __ldg((const uint32_t *)(s + len));
 		}
+		w[q].set(lo, hi, m, ((a | len) & 3) == 0);
 	}
 #pragma unroll
 	for (int q = 0; q < U; q++) {
-		if (hi[q] == 0)
+		const uint32_t lo = w[q].lo(), hi = w[q].hi(), m = w[q].m();
+		if (hi == 0)
 			continue;
-		const uint4 r = m[q] ? shift16(l0[q], l1[q], m[q]) : l0[q];
-		if (lo[q] == 0 && hi[q] == 16) {
+		if (DEFER && !pdma_vrt_trailer_ok(__byte_perm(tw[q], 0, 0x0123))) {
+			/* Recomputed here (rare) rather than kept live. */
+			const uint32_t k = base + 256u * q, pk = k / stride;
+			if (k - pk * stride == 0) {
+				va.bad[atomicAdd(&va.ctl[0], 1u)] = pk;
+				__threadfence();
+			}
+			continue;
+		}
+		const uint4 r = m ? shift16(l0[q], l1[q], m) : l0[q];
+		if (lo == 0 && hi == 16) {
 			*(uint4 *)aw[q] = r;
-		} else if (w4[q]) {
+		} else if (w[q].w4()) {
 			const uint32_t wd[4] = { r.x, r.y, r.z, r.w };
 #pragma unroll
 			for (uint32_t j = 0; j < 4; j++)
-				if (4 * j >= lo[q] && 4 * j < hi[q])
+				if (4 * j >= lo && 4 * j < hi)
 					((uint32_t *)aw[q])[j] = wd[j];
 		} else {
 			const uint32_t wd[4] = { r.x, r.y, r.z, r.w };
 #pragma unroll
 			for (uint32_t j = 0; j < 16; j++)
-				if (j >= lo[q] && j < hi[q])
+				if (j >= lo && j < hi)
 					((uint8_t *)aw[q])[j] = (uint8_t)(wd[j >> 2] >> (8 * (j & 3)));
 		}
+	}
+	if constexpr (DEFER) {
+		/* The last block to finish (the others' failed-trailer entries
+		 * visible after their fences) runs v14_repair. Out of line and
+		 * only there, so that no other thread pays for its frame. */
+		__shared__ uint32_t s_last;
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			__threadfence();
+			s_last = atomicAdd(&va.ctl[1], 1u) == gridDim.x - 1;
+		}
+		__syncthreads();
+		if (s_last)
+			v14_repair(va, slots, slot_size, n);
+	}
+}
+
+/* v14's repair, run by the copy pass's last block: undoes what each failed
+ * packet B's claim did, exactly as if its trailer had been checked first (the
+ * CPU deframer's order, where B never claims):
+ * - B's descriptor becomes the general path's (the trailer error);
+ * - if a valid duplicate of B in this batch lost to B's claim (status
+ *   DATA_OLD, same stream and packet; it checked its own trailer when it
+ *   lost), the first of them in ring order is placed instead: its payload
+ *   copied, its status DATA; else the tag gets back the value B's claim
+ *   replaced (undo[B]; nothing else can have claimed that position in this
+ *   batch, whose packets of a stream span fewer than out_pkts positions, and
+ *   v14's kernels of different batches never overlap).
+ * Bad packets go through in rounds of 256, keyed in a shared hash table by
+ * (stream, packet), so a round scans the batch's descriptors once. A batch
+ * that needed more than one round stops deferral for this deframer for good
+ * (*nodefer), so a source of bad trailers costs at most one such batch; a
+ * few bad trailers cost one scan each. nodefer[1] counts the repaired
+ * packets (repairs()). The counters are reset for the next launch. */
+#define V14_HASH 512u
+#define V14_ROUND 256u /* bad packets per round: one per thread, hash half full */
+__device__ static uint32_t v14_hash(uint16_t stream, uint64_t pkt)
+{
+	return (uint32_t)((pkt * 0x9e3779b97f4a7c15ull + stream) >> 40) & (V14_HASH - 1);
+}
+
+__device__ __noinline__ static void v14_repair(const struct v14_args va, const uint8_t *slots, uint32_t slot_size,
+					       uint32_t n)
+{
+	__shared__ uint32_t h_b[V14_HASH], h_best[V14_HASH];
+	__threadfence();
+	const uint32_t nb = *(volatile uint32_t *)&va.ctl[0];
+	const struct pdma_dfr_config &c = va.c;
+	for (uint32_t base = 0; base < nb; base += V14_ROUND) {
+		const uint32_t cnt = nb - base < V14_ROUND ? nb - base : V14_ROUND;
+		for (uint32_t k = threadIdx.x; k < V14_HASH; k += blockDim.x)
+			h_b[k] = h_best[k] = UINT32_MAX;
+		__syncthreads();
+		if (threadIdx.x < cnt) {
+			const uint32_t b = *(volatile uint32_t *)&va.bad[base + threadIdx.x];
+			uint32_t h = v14_hash(va.desc[b].stream, va.desc[b].pkt);
+			while (atomicCAS(&h_b[h], UINT32_MAX, b) != UINT32_MAX)
+				h = (h + 1) & (V14_HASH - 1);
+		}
+		__syncthreads();
+		for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
+			const struct pdma_dfr_desc d = va.desc[j];
+			if (d.status != PDMA_DFR_ST_DATA_OLD)
+				continue;
+			for (uint32_t h = v14_hash(d.stream, d.pkt);; h = (h + 1) & (V14_HASH - 1)) {
+				const uint32_t b = h_b[h];
+				if (b == UINT32_MAX)
+					break;
+				if (va.desc[b].stream == d.stream && va.desc[b].pkt == d.pkt) {
+					atomicMin(&h_best[h], j);
+					break;
+				}
+			}
+		}
+		__syncthreads();
+		for (uint32_t k = threadIdx.x; k < V14_HASH; k += blockDim.x) {
+			const uint32_t b = h_b[k], q = h_best[k];
+			if (b == UINT32_MAX)
+				continue;
+			const struct pdma_dfr_desc db = va.desc[b];
+			const size_t pos = (size_t)(db.pkt % c.out_pkts);
+			if (q != UINT32_MAX) {
+				const uint8_t *qs = slots + (size_t)q * slot_size;
+				const struct dfr_hres hq = dfr_header_slow(c, qs, slot_size);
+				copy_serial(va.t.out + (size_t)db.stream * c.out_pkts * c.max_payload +
+						    pos * hq.r.payload_len,
+					    qs + PDMA_SLOT_HDR + hq.r.payload_off, hq.r.payload_len);
+				va.desc[q].status = PDMA_DFR_ST_DATA;
+			} else {
+				va.t.tags[(size_t)db.stream * c.out_pkts + pos] = va.undo[b];
+			}
+			struct dfr_hres hb = dfr_header_slow(c, slots + (size_t)b * slot_size, slot_size);
+			hb.d.status = (int8_t)hb.st;
+			va.desc[b] = hb.d;
+		}
+		__syncthreads();
+	}
+	if (threadIdx.x == 0) {
+		if (nb > V14_ROUND)
+			*va.nodefer = 1;
+		va.nodefer[1] += nb;
+		va.ctl[0] = 0;
+		va.ctl[1] = 0;
+		__threadfence();
 	}
 }
 
@@ -951,6 +1180,7 @@ struct kvar {
 	bool ov;        /* v10: sub-batches, header pass k + 1 overlapping copy pass k */
 	bool dyn;       /* v11, auto: copy stride from the longest payload seen (hint) */
 	bool autosel;   /* auto: v11 when that payload is >= AUTO_MIN_PAYLOAD, else DFR_FALLBACK_KV */
+	bool defer;     /* v14: trailer checked by the copy pass (struct v14_args) */
 };
 
 static const struct kvar KV[] = {
@@ -973,6 +1203,12 @@ static const struct kvar KV[] = {
 		   false, true },
 	/* 16 */ { "auto", (const void *)dfr_tp_hdr<true>, 3, 0, false, 16, true, (const void *)dfr_v9_copy<2, 6>, 2,
 		   false, true, true },
+	/* 17: v11 with the trailer checked in the copy pass (experimental) */
+	{ "v14", (const void *)dfr_tp_hdr<true, true>, 3, 0, false, 17, true,
+		   (const void *)dfr_v9_copy<2, 6, true>, 2, false, true, false, true },
+	/* 18: v14 with room for its trailer words (48 registers, no spill) */
+	{ "v14b5", (const void *)dfr_tp_hdr<true, true>, 3, 0, false, 18, true,
+	  (const void *)dfr_v9_copy<2, 5, true>, 2, false, true, false, true },
 };
 #define NKV (sizeof(KV) / sizeof(KV[0]))
 /* The default: auto (v11 from 768-byte payloads, v7s below), the best ratio
@@ -1100,6 +1336,30 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 		CK(g, cudaMemset(g->tpwl[si], 0, ((size_t)n + TP_MAXK) * sizeof(uint4)));
 		g->tpcap[si] = (size_t)n + TP_MAXK;
 	}
+	struct v14_args va;
+	memset(&va, 0, sizeof(va));
+	if (kv->defer) {
+		if (g->v14cap[si] < n) {
+			cudaFree(g->v14undo[si]);
+			cudaFree(g->v14bad[si]);
+			cudaFree(g->v14desc[si]);
+			g->v14undo[si] = NULL;
+			g->v14bad[si] = NULL;
+			g->v14desc[si] = NULL;
+			g->v14cap[si] = 0;
+			CK(g, cudaMalloc(&g->v14undo[si], (size_t)n * sizeof(unsigned long long)));
+			CK(g, cudaMalloc(&g->v14bad[si], (size_t)n * sizeof(uint32_t)));
+			CK(g, cudaMalloc(&g->v14desc[si], (size_t)n * sizeof(struct pdma_dfr_desc)));
+			g->v14cap[si] = n;
+		}
+		va.undo = g->v14undo[si];
+		va.bad = g->v14bad[si];
+		va.ctl = g->v14ctl + 2 * si;
+		va.nodefer = g->v14ctl + 4;
+		va.desc = d_desc ? d_desc : g->v14desc[si];
+		va.c = g->c;
+		va.t = g->t;
+	}
 	const uint32_t seq = ++g->tpseq ? g->tpseq : ++g->tpseq;
 	uint32_t nk = kv->ov ? n / g->tpmin : 1;
 	if (nk > TP_MAXK)
@@ -1124,14 +1384,14 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 			uint4 *wk = g->tpwl[si] + o + k;
 			struct pdma_dfr_desc *dk = d_desc ? d_desc + o : NULL;
 			void *ha[] = { &g->c, &g->t, &sl, &slot_size, (void *)&cnt, &dk, &wk, (void *)&seq,
-				       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d };
+				       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d, &va };
 			CK(g, cudaLaunchKernel(kv->fn, dim3((cnt + 255) / 256), dim3(256), ha, 0, s));
 			CK(g, cudaEventRecord(g->evh[si][k], s));
 			CK(g, cudaStreamWaitEvent(g->cs[si], g->evh[si][k], 0));
 			const uint64_t tk = (uint64_t)cnt * stride;
 			const uint4 *wlc = wk;
 			uint8_t *out = g->t.out;
-			void *args[] = { &sl, &slot_size, (void *)&cnt, (void *)&stride, &out, &wlc };
+			void *args[] = { &sl, &slot_size, (void *)&cnt, (void *)&stride, &out, &wlc, &va };
 			CK(g, cudaLaunchKernel(kv->cp, dim3((uint32_t)((tk + 256ull * kv->cu - 1) / (256ull * kv->cu))),
 					       dim3(256), args, 0, g->cs[si]));
 		}
@@ -1142,7 +1402,7 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	{
 		const uint8_t *sl = (const uint8_t *)slots;
 		void *ha[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &g->tpwl[si], (void *)&seq,
-			       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d };
+			       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d, &va };
 		CK(g, cudaLaunchKernel(kv->fn, dim3((n + 255) / 256), dim3(256), ha, 0, s));
 	}
 	/* Programmatic dependent launch: the copy grid's launch overlaps the
@@ -1164,7 +1424,7 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	const uint4 *wl = (const uint4 *)g->tpwl[si];
 	if (kv->cp) {
 		uint8_t *out = g->t.out;
-		void *args[] = { &sl, &slot_size, &n, (void *)&stride, &out, &wl };
+		void *args[] = { &sl, &slot_size, &n, (void *)&stride, &out, &wl, &va };
 		CK(g, cudaLaunchKernelExC(&cfg, kv->cp, args));
 	} else {
 		CK(g, cudaLaunchKernelEx(&cfg, dfr_tp_copy, sl, slot_size, n, g->t.out, wl, seq));
@@ -1463,10 +1723,17 @@ static int enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slo
 		cudaStream_t s = g->s[k & 1];
 		CK(g, cudaMemcpyAsync(g->stage[k & 1], (const uint8_t *)host + (size_t)first * slot_size,
 				      (size_t)cnt * slot_size, cudaMemcpyHostToDevice, s));
+		/* v14 undoes a failed trailer's claim after the fact, so no other
+		 * kernel may claim in between: its chunks' kernels run in order
+		 * (each chunk's copy still overlaps the previous kernel). */
+		if (g->kv->defer && k > 0)
+			CK(g, cudaStreamWaitEvent(s, g->evk[(k - 1) & 1], 0));
 		ret = launch(g, g->stage[k & 1], slot_size, cnt, want_desc ? g->d_desc + doff + first : NULL,
 			     true, s);
 		if (ret)
 			return ret;
+		if (g->kv->defer)
+			CK(g, cudaEventRecord(g->evk[k & 1], s));
 	}
 	if (want_desc && n > start) {
 		if (k >= 2) {
@@ -1488,6 +1755,7 @@ static int g_reset(struct pdma_gpu_dfr *g)
 	CK(g, cudaMemset(g->t.tags, 0, tags * sizeof(uint64_t)));
 	CK(g, cudaMemset(g->t.out, 0, tags * g->c.max_payload));
 	CK(g, cudaMemset(g->d_pmax, 0, sizeof(uint32_t)));
+	CK(g, cudaMemset(g->v14ctl, 0, 6 * sizeof(uint32_t)));
 	CK(g, cudaDeviceSynchronize());
 	*(volatile uint32_t *)g->hint_h = 0;
 	return 0;
@@ -1506,6 +1774,7 @@ static void g_close(struct pdma_gpu_dfr *g)
 	graph_flush(g);
 	free(g->gc);
 	cudaFree(g->d_pmax);
+	cudaFree(g->v14ctl);
 	if (g->hint_h)
 		cudaFreeHost(g->hint_h);
 	cudaFree(g->t.keys);
@@ -1518,6 +1787,11 @@ static void g_close(struct pdma_gpu_dfr *g)
 	for (int i = 0; i < 2; i++) {
 		cudaFree(g->stage[i]);
 		cudaFree(g->tpwl[i]);
+		cudaFree(g->v14undo[i]);
+		cudaFree(g->v14bad[i]);
+		cudaFree(g->v14desc[i]);
+		if (g->evk[i])
+			cudaEventDestroy(g->evk[i]);
 		if (g->s[i])
 			cudaStreamDestroy(g->s[i]);
 		if (g->ev[i])
@@ -1606,6 +1880,8 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	}
 	OPEN_CK(cudaMalloc(&g->d_pmax, sizeof(uint32_t)));
 	OPEN_CK(cudaMemset(g->d_pmax, 0, sizeof(uint32_t)));
+	OPEN_CK(cudaMalloc(&g->v14ctl, 6 * sizeof(uint32_t)));
+	OPEN_CK(cudaMemset(g->v14ctl, 0, 6 * sizeof(uint32_t)));
 	OPEN_CK(cudaHostAlloc((void **)&g->hint_h, sizeof(uint32_t), cudaHostAllocMapped));
 	*g->hint_h = 0;
 	OPEN_CK(cudaHostGetDevicePointer((void **)&g->hint_d, g->hint_h, 0));
@@ -1616,6 +1892,7 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	for (int i = 0; i < 2; i++) {
 		OPEN_CK(cudaStreamCreateWithFlags(&g->s[i], cudaStreamNonBlocking));
 		OPEN_CK(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
+		OPEN_CK(cudaEventCreateWithFlags(&g->evk[i], cudaEventDisableTiming));
 		OPEN_CK(cudaStreamCreateWithFlags(&g->cs[i], cudaStreamNonBlocking));
 		OPEN_CK(cudaEventCreateWithFlags(&g->evc[i], cudaEventDisableTiming));
 		for (int k = 0; k < TP_MAXK; k++)
@@ -1902,16 +2179,40 @@ static int g_bench_copy(struct pdma_gpu_dfr *g, int kind, const void *dev_slots,
 		fill(r, sec, 32.0 * (double)n16);
 		return 0;
 	}
-	if (kind == PDMA_GPU_COPY_HDR || kind == PDMA_GPU_COPY_TOUCH || kind == PDMA_GPU_COPY_TOUCHP) {
+	if (kind == PDMA_GPU_COPY_HDR || kind == PDMA_GPU_COPY_HDRD || kind == PDMA_GPU_COPY_TOUCH ||
+	    kind == PDMA_GPU_COPY_TOUCHP) {
+		const bool hdr = kind == PDMA_GPU_COPY_HDR || kind == PDMA_GPU_COPY_HDRD;
 		void *buf;
+		struct v14_args va;
+		memset(&va, 0, sizeof(va));
 		CK(g, cudaMalloc(&buf, ((size_t)n + 1) * sizeof(uint4)));
+		if (kind == PDMA_GPU_COPY_HDRD) {
+			/* v14's header pass: its undo entries and descriptors
+			 * (always written) into scratch; the warm-up launches
+			 * make the streams known, so the timed ones defer. */
+			va.nodefer = g->v14ctl + 4;
+			va.c = g->c;
+			va.t = g->t;
+			if (cudaMalloc(&va.undo, (size_t)n * sizeof(unsigned long long)) != cudaSuccess ||
+			    cudaMalloc(&va.desc, (size_t)n * sizeof(struct pdma_dfr_desc)) != cudaSuccess) {
+				cudaFree(va.undo);
+				cudaFree(buf);
+				snprintf(g->err, sizeof(g->err), "bench_copy: out of device memory");
+				return -ENOMEM;
+			}
+		}
 		const uint32_t blocks = (n + 255) / 256;
-		ret = timed(g, iters, [&]() { return kind == PDMA_GPU_COPY_HDR ? reset_tags(g, g->s[0]) : 0; },
+		ret = timed(g, iters, [&]() { return hdr ? reset_tags(g, g->s[0]) : 0; },
 			    [&]() {
 			if (kind == PDMA_GPU_COPY_HDR)
 				dfr_tp_hdr<true><<<blocks, 256, 0, g->s[0]>>>(g->c, g->t, (const uint8_t *)dev_slots,
 									      slot_size, n, NULL, (uint4 *)buf, 1,
-									      ~0u >> 4, ~0u, g->d_pmax, g->hint_d);
+									      ~0u >> 4, ~0u, g->d_pmax, g->hint_d,
+									      v14_args{});
+			else if (kind == PDMA_GPU_COPY_HDRD)
+				dfr_tp_hdr<true, true><<<blocks, 256, 0, g->s[0]>>>(
+					g->c, g->t, (const uint8_t *)dev_slots, slot_size, n, NULL, (uint4 *)buf, 1,
+					~0u >> 4, ~0u, g->d_pmax, g->hint_d, va);
 			else if (kind == PDMA_GPU_COPY_TOUCH)
 				hdr_touch<true><<<blocks, 256, 0, g->s[0]>>>((const uint8_t *)dev_slots, slot_size, n,
 									     (uint32_t *)buf);
@@ -1922,6 +2223,8 @@ static int g_bench_copy(struct pdma_gpu_dfr *g, int kind, const void *dev_slots,
 			return 0;
 		}, &sec);
 		cudaFree(buf);
+		cudaFree(va.undo);
+		cudaFree(va.desc);
 		if (ret)
 			return ret;
 		fill(r, sec, bytes);
@@ -2106,6 +2409,14 @@ static const char *g_last_error(struct pdma_gpu_dfr *g)
 	return g->err;
 }
 
+static int64_t g_repairs(struct pdma_gpu_dfr *g)
+{
+	uint32_t v = 0;
+	CK(g, cudaDeviceSynchronize());
+	CK(g, cudaMemcpy(&v, g->v14ctl + 5, sizeof(v), cudaMemcpyDeviceToHost));
+	return v;
+}
+
 extern "C" __attribute__((visibility("default"))) int pdma_vrt_cuda_api(struct pdma_gpu_ops *ops,
 									  uint32_t version)
 {
@@ -2137,5 +2448,6 @@ extern "C" __attribute__((visibility("default"))) int pdma_vrt_cuda_api(struct p
 	ops->kernel_name = g_kernel_name;
 	ops->bench_copy = g_bench_copy;
 	ops->bench_batches = g_bench_batches;
+	ops->repairs = g_repairs;
 	return 0;
 }

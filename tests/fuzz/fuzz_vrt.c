@@ -62,6 +62,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		     fd.stream != d.stream || fd.count != d.count || fr.pkt != r.pkt ||
 		     fr.payload_off != r.payload_off || fr.payload_len != r.payload_len))
 			abort();
+		/* Without the trailer (deferred check): accepted means DATA or a
+		 * trailer error, by the trailer word alone. */
+		uint32_t tr_off;
+		if (pdma_dfr_header_fast_nt(&c, sizeof(slot), &pre, &fd, &fr, &tr_off)) {
+			int tok = !tr_off || pdma_vrt_trailer_ok(pdma_vrt_get32(slot + tr_off));
+			if (st != (tok ? PDMA_DFR_ST_DATA : -PDMA_VRT_E_TRAILER) || fd.stream_id != d.stream_id ||
+			    fd.count != d.count || (tok && (fr.pkt != r.pkt || fr.payload_len != r.payload_len)))
+				abort();
+		}
 	}
 	return 0;
 }

@@ -288,11 +288,29 @@ static void test_gen(void **state)
 static int fast_vs_general(const struct pdma_dfr_config *c, const uint8_t *slot, uint32_t slot_size)
 {
 	struct pdma_dfr_pre pre;
-	struct pdma_dfr_desc d, fd;
-	struct pdma_dfr_pkt r = { 0 }, fr;
+	struct pdma_dfr_desc d, fd, nd;
+	struct pdma_dfr_pkt r = { 0 }, fr, nr;
+	uint32_t tr_off = 1;
 	int st = pdma_dfr_header(c, slot, slot_size, &d, &r);
 	pdma_dfr_prefix(slot, &pre);
-	if (!pdma_dfr_header_fast(c, slot, slot_size, &pre, &fd, &fr))
+	/* Without the trailer (v14's deferred check): what it accepts, the
+	 * general path calls DATA when the trailer passes and a trailer error
+	 * otherwise, with the same packet fields as the fast path. */
+	int nt = pdma_dfr_header_fast_nt(c, slot_size, &pre, &nd, &nr, &tr_off);
+	int fast = pdma_dfr_header_fast(c, slot, slot_size, &pre, &fd, &fr);
+	if (nt) {
+		bool tok = !tr_off || pdma_vrt_trailer_ok(pdma_vrt_get32(slot + tr_off));
+		assert_int_equal(tr_off, (pre.h >> 26) & 1u ? PDMA_SLOT_HDR + pre.len - 4 : 0);
+		assert_int_equal(fast, tok);
+		assert_int_equal(st, tok ? PDMA_DFR_ST_DATA : -PDMA_VRT_E_TRAILER);
+		assert_int_equal(nd.stream_id, d.stream_id);
+		assert_int_equal(nd.count, d.count);
+		if (tok)
+			assert_true(nd.pkt == d.pkt && nr.pkt == r.pkt && nr.payload_len == r.payload_len);
+	} else {
+		assert_int_equal(fast, 0);
+	}
+	if (!fast)
 		return 0;
 	assert_int_equal(st, PDMA_DFR_ST_DATA);
 	assert_true(fd.pkt == d.pkt && fr.pkt == r.pkt);
@@ -372,6 +390,18 @@ static void test_header_fast(void **state)
 					slot[PDMA_SLOT_HDR + n - 1] ^= 0x01; /* count without E */
 					assert_int_equal(fast_vs_general(&c, slot, ss), 0);
 					slot[PDMA_SLOT_HDR + n - 1] ^= 0x01;
+					/* Every trailer bit: fast iff the trailer passes
+					 * (indicators 19-8 need enables 31-20, the count E),
+					 * and the deferred form agrees (checked inside). */
+					for (int bit = 0; bit < 32; bit++) {
+						uint8_t *tb = slot + PDMA_SLOT_HDR + n - 1 - bit / 8;
+						*tb ^= (uint8_t)(1u << (bit % 8));
+						uint32_t t = pdma_vrt_get32(slot + PDMA_SLOT_HDR + n - 4);
+						bool ok = !((t >> 8) & 0xfffu & ~(t >> 20)) &&
+							  ((t & PDMA_VRT_TR_E) || !(t & 0x7fu));
+						assert_int_equal(fast_vs_general(&c, slot, ss), ok);
+						*tb ^= (uint8_t)(1u << (bit % 8));
+					}
 				}
 				assert_int_equal(fast_vs_general(&c, slot, ss), 1);
 			}
