@@ -198,6 +198,10 @@ int pdma_gen_write_pcap(struct pdma_gen *g, FILE *f, const char *host, uint16_t 
  * reads it, since sim GPU memory is host memory. The two GPU paths need a
  * CUDA device and the module (pdma_ingest_open: -ENODEV / -ENOENT). */
 enum pdma_rx_path { PDMA_RX_CPU = 0, PDMA_RX_HOST_STAGED, PDMA_RX_ZERO_COPY, PDMA_RX_DIRECT };
+/* How a receive thread reads its socket: recvmmsg batches (default), or
+ * io_uring (multishot recvmsg into the ring's slots as provided buffers;
+ * not for the direct path, whose datagrams go through the device). */
+enum pdma_rx_io { PDMA_RX_IO_RECVMMSG = 0, PDMA_RX_IO_URING };
 
 struct pdma_ingest_config {
 	uint16_t port;            /* 0: ephemeral (see pdma_ingest_port) */
@@ -208,6 +212,7 @@ struct pdma_ingest_config {
 	uint32_t batch;           /* recvmmsg batch */
 	int rcvbuf;               /* SO_RCVBUF bytes */
 	enum pdma_rx_path path;
+	enum pdma_rx_io rx_io;
 	struct pdma_dfr_config dfr;
 	struct pdma_domain *domain; /* optional: register rings here (required: direct) */
 	struct pdma_sim *sim;       /* direct path: the simulated GPU holding the rings */
@@ -224,7 +229,24 @@ struct pdma_ingest_totals {
 	uint64_t socket_drops;    /* kernel drops (SO_RXQ_OVFL) */
 	uint64_t truncated;       /* datagrams larger than a slot */
 	double ring_fill;         /* worst ring fill now, 0..1 */
+	double rx_cpu_s;          /* receive threads' CPU time, summed (after stop; 0 before) */
 };
+
+/* One receive thread's counters (read by any thread). */
+struct pdma_rx_stats {
+	atomic_uint_fast64_t datagrams, bytes, truncated;
+	atomic_uint_fast64_t socket_drops; /* the kernel's count for the socket so far */
+};
+
+/* io_uring receive (rx_uring.c) into ring r from socket fd, from the ring's
+ * head on: open fails with -ENOSYS / -EPERM where io_uring is absent or
+ * disabled, -EINVAL where provided-buffer rings are (before Linux 5.19).
+ * run() receives until *stop is set and the socket has been quiet for 20 ms
+ * (what it holds is drained first); 0 or a negative errno. */
+struct pdma_rx_uring;
+int pdma_rx_uring_open(struct pdma_rx_uring **u, int fd, struct pdma_ring *r);
+int pdma_rx_uring_run(struct pdma_rx_uring *u, const atomic_bool *stop, struct pdma_rx_stats *st);
+void pdma_rx_uring_close(struct pdma_rx_uring *u);
 
 struct pdma_ingest;
 void pdma_ingest_config_default(struct pdma_ingest_config *c);

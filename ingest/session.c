@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* The receive session: SO_REUSEPORT sockets, one receive thread and one ring
- * each (recvmmsg straight into ring slots), and one deframer thread that
- * consumes every ring and accounts per stream. */
+ * each (recvmmsg straight into ring slots, or io_uring: rx_uring.c), and one
+ * deframer thread that consumes every ring and accounts per stream. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
@@ -29,7 +29,9 @@ struct rx_thread {
 	uint8_t *bounce;           /* direct path: the NIC's own buffer */
 	bool gpu_registered;
 	double last_batch;         /* GPU paths: when the last batch ran */
-	atomic_uint_fast64_t datagrams, bytes, truncated, socket_drops;
+	struct pdma_rx_stats st;
+	struct pdma_rx_uring *uring; /* rx_io io_uring */
+	double cpu_s;                /* the thread's CPU time (user + system), at its end */
 	int err;
 };
 
@@ -116,6 +118,8 @@ int pdma_ingest_open(const struct pdma_ingest_config *c, struct pdma_ingest **ou
 		return -EINVAL;
 	if (c->path == PDMA_RX_DIRECT && (!c->domain || !c->sim))
 		return -EINVAL;
+	if (c->rx_io != PDMA_RX_IO_RECVMMSG && (c->rx_io != PDMA_RX_IO_URING || c->path == PDMA_RX_DIRECT))
+		return -EINVAL;
 	ing = calloc(1, sizeof(*ing));
 	if (!ing)
 		return -ENOMEM;
@@ -192,6 +196,8 @@ int pdma_ingest_open(const struct pdma_ingest_config *c, struct pdma_ingest **ou
 					t->gpu_registered = true;
 			}
 		}
+		if (!ret && c->rx_io == PDMA_RX_IO_URING)
+			ret = pdma_rx_uring_open(&t->uring, t->fd, &t->ring);
 		if (ret)
 			goto err;
 	}
@@ -236,6 +242,10 @@ static void *rx_main(void *arg)
 	char ctl[RX_MAX_BATCH][CMSG_SPACE(sizeof(uint32_t))];
 	uint64_t seq = 0;
 
+	if (t->uring) {
+		t->err = pdma_rx_uring_run(t->uring, &ing->stop, &t->st);
+		goto out;
+	}
 	for (;;) {
 		uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 		uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
@@ -269,7 +279,7 @@ static void *rx_main(void *arg)
 		}
 		uint32_t drops = cmsg_ovfl(&msg[got - 1].msg_hdr);
 		if (drops)
-			atomic_store_explicit(&t->socket_drops, drops, memory_order_relaxed);
+			atomic_store_explicit(&t->st.socket_drops, drops, memory_order_relaxed);
 		if (full) {
 			atomic_fetch_add_explicit(&r->overruns, 1, memory_order_relaxed);
 			continue;
@@ -283,7 +293,7 @@ static void *rx_main(void *arg)
 			h->rx_seq = seq++;
 			bytes += msg[i].msg_len;
 			if (h->flags)
-				atomic_fetch_add_explicit(&t->truncated, 1, memory_order_relaxed);
+				atomic_fetch_add_explicit(&t->st.truncated, 1, memory_order_relaxed);
 			if (direct) {
 				/* The device writes the slot into GPU memory by key:
 				 * what a NIC whose ring lives in GPU pages does. */
@@ -297,12 +307,19 @@ static void *rx_main(void *arg)
 				}
 			}
 		}
-		atomic_fetch_add_explicit(&t->datagrams, (uint64_t)got, memory_order_relaxed);
-		atomic_fetch_add_explicit(&t->bytes, bytes, memory_order_relaxed);
+		atomic_fetch_add_explicit(&t->st.datagrams, (uint64_t)got, memory_order_relaxed);
+		atomic_fetch_add_explicit(&t->st.bytes, bytes, memory_order_relaxed);
 		/* Publish: the slots' contents happen-before the consumer's acquire. */
 		atomic_store_explicit(&r->head, head + (uint64_t)got, memory_order_release);
 	}
 out:
+	{
+		/* Receive cost: the socket's kernel work runs in this thread
+		 * (recvmmsg, and io_uring's poll-driven multishot recvmsg). */
+		struct timespec cpu;
+		if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
+			t->cpu_s = (double)cpu.tv_sec + cpu.tv_nsec * 1e-9;
+	}
 	atomic_fetch_sub(&ing->rx_live, 1);
 	return NULL;
 }
@@ -474,6 +491,7 @@ void pdma_ingest_close(struct pdma_ingest *ing)
 		pdma_ingest_stop(ing);
 	for (uint32_t i = 0; i < ing->nrx; i++) {
 		struct rx_thread *t = &ing->rx[i];
+		pdma_rx_uring_close(t->uring);
 		if (t->fd >= 0)
 			close(t->fd);
 		if (t->gpu_registered)
@@ -497,11 +515,12 @@ void pdma_ingest_totals(struct pdma_ingest *ing, struct pdma_ingest_totals *t)
 	memset(t, 0, sizeof(*t));
 	for (uint32_t i = 0; i < ing->nrx; i++) {
 		struct rx_thread *x = &ing->rx[i];
-		t->datagrams += atomic_load_explicit(&x->datagrams, memory_order_relaxed);
-		t->bytes += atomic_load_explicit(&x->bytes, memory_order_relaxed);
-		t->truncated += atomic_load_explicit(&x->truncated, memory_order_relaxed);
-		t->socket_drops += atomic_load_explicit(&x->socket_drops, memory_order_relaxed);
+		t->datagrams += atomic_load_explicit(&x->st.datagrams, memory_order_relaxed);
+		t->bytes += atomic_load_explicit(&x->st.bytes, memory_order_relaxed);
+		t->truncated += atomic_load_explicit(&x->st.truncated, memory_order_relaxed);
+		t->socket_drops += atomic_load_explicit(&x->st.socket_drops, memory_order_relaxed);
 		t->ring_overruns += atomic_load_explicit(&x->ring.overruns, memory_order_relaxed);
+		t->rx_cpu_s += x->cpu_s;
 		uint64_t h = atomic_load_explicit(&x->ring.head, memory_order_relaxed);
 		uint64_t tl = atomic_load_explicit(&x->ring.tail, memory_order_relaxed);
 		double fill = h > tl ? (double)(h - tl) / x->ring.nslots : 0;
@@ -542,6 +561,7 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 	}
 	json_object_set_new(o, "port", json_integer(ing->port));
 	json_object_set_new(o, "threads", json_integer(ing->nrx));
+	json_object_set_new(o, "rx_io", json_string(ing->c.rx_io == PDMA_RX_IO_URING ? "io_uring" : "recvmmsg"));
 	json_object_set_new(o, "seconds", json_real(seconds));
 	json_object_set_new(o, "datagrams", json_integer((json_int_t)t.datagrams));
 	json_object_set_new(o, "bytes", json_integer((json_int_t)t.bytes));
@@ -550,6 +570,7 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 	json_object_set_new(o, "ring_overruns", json_integer((json_int_t)t.ring_overruns));
 	json_object_set_new(o, "socket_drops", json_integer((json_int_t)t.socket_drops));
 	json_object_set_new(o, "truncated", json_integer((json_int_t)t.truncated));
+	json_object_set_new(o, "rx_cpu_seconds", json_real(t.rx_cpu_s));
 	json_object_set_new(o, "rings_registered", json_boolean(ing->rx[0].ring.mr != NULL));
 	json_object_set_new(o, "malformed_unattributed",
 			    json_integer((json_int_t)ing->dfr.acct.malformed_unattributed));

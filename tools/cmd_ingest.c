@@ -42,6 +42,8 @@ static void usage(FILE *f)
 		"      --ring-slots N    slots per ring (default 8192)\n"
 		"      --slot-size B     bytes per slot (default 9216)\n"
 		"      --batch N         recvmmsg batch (default 64)\n"
+		"      --rx IO           recvmmsg (default) or io_uring (multishot recvmsg into the\n"
+		"                        ring's slots; needs Linux 5.19; not with --path direct)\n"
 		"      --no-register     do not register the rings with a peerdma domain\n"
 		"      --sample-rate HZ  stream sample rate (default 10000000)\n"
 		"      --max-streams N   stream table size (default 64)\n"
@@ -81,6 +83,7 @@ int pdma_cmd_ingest(int argc, char **argv)
 		{ "ring-slots", required_argument, NULL, 'r' },
 		{ "slot-size", required_argument, NULL, 'z' },
 		{ "batch", required_argument, NULL, 'B' },
+		{ "rx", required_argument, NULL, 'X' },
 		{ "chunk", required_argument, NULL, 'K' },
 		{ "no-register", no_argument, NULL, 'N' },
 		{ "sample-rate", required_argument, NULL, 'R' },
@@ -119,6 +122,11 @@ int pdma_cmd_ingest(int argc, char **argv)
 		case 'r': if (num(optarg, 1u << 24, &v) || !v) bad = "--ring-slots"; else c.ring_slots = (uint32_t)v; break;
 		case 'z': if (num(optarg, 1u << 20, &v) || v < 80) bad = "--slot-size"; else c.slot_size = (uint32_t)v; break;
 		case 'B': if (num(optarg, 256, &v) || !v) bad = "--batch"; else c.batch = (uint32_t)v; break;
+		case 'X':
+			if (!strcmp(optarg, "recvmmsg")) c.rx_io = PDMA_RX_IO_RECVMMSG;
+			else if (!strcmp(optarg, "io_uring")) c.rx_io = PDMA_RX_IO_URING;
+			else bad = "--rx";
+			break;
 		case 'K': if (num(optarg, 1u << 30, &v) || v < 4096) bad = "--chunk"; else c.gpu_chunk = (size_t)v; break;
 		case 'N': reg = false; break;
 		case 'R': if (num(optarg, UINT64_MAX, &v) || !v) bad = "--sample-rate"; else c.dfr.sample_rate = v; break;
@@ -139,6 +147,10 @@ int pdma_cmd_ingest(int argc, char **argv)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "peerdma ingest: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (c.rx_io == PDMA_RX_IO_URING && c.path == PDMA_RX_DIRECT) {
+		fprintf(stderr, "peerdma ingest: --rx io_uring needs a host ring: not with --path direct\n");
 		return 2;
 	}
 	/* Slots hold whole datagrams; the output keeps whole payloads. */
@@ -176,6 +188,11 @@ int pdma_cmd_ingest(int argc, char **argv)
 		if (ret == -ENODEV)
 			fprintf(stderr, "peerdma ingest: --path %s needs a CUDA device; none found\n",
 				c.path == PDMA_RX_HOST_STAGED ? "host-staged" : "zero-copy");
+		else if (c.rx_io == PDMA_RX_IO_URING &&
+			 (ret == -ENOSYS || ret == -EPERM || ret == -EINVAL || ret == -EOPNOTSUPP))
+			fprintf(stderr, "peerdma ingest: io_uring receive unavailable here (%s): needs Linux "
+					"5.19 and io_uring allowed; --rx recvmmsg works everywhere\n",
+				strerror(-ret));
 		else if (ret == -ENOENT)
 			fprintf(stderr, "peerdma ingest: the GPU deframer module (libpeerdma_vrt_cuda.so) "
 					"was not built or not found (set PEERDMA_VRT_CUDA)\n");

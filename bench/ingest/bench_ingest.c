@@ -499,7 +499,7 @@ static const double rates[] = { 50e3, 100e3, 200e3, 400e3, 800e3, 1.6e6, 3.2e6 }
 /* One (c) run at an offered rate; appends its record to runs. *sent_pps: the
  * rate the senders achieved (datagrams sent over their own time). */
 static int c_run(struct pdma_gen_config *g, const struct pdma_ingest_config *ic, double rate,
-		 double sec, json_t *runs, bool *ok, double *sent_pps)
+		 double sec, json_t *runs, bool *ok, double *sent_pps, double *cpu_ns)
 {
 	struct pdma_loopback_result res;
 	g->packets = (uint64_t)(rate * sec / g->streams);
@@ -522,11 +522,97 @@ static int c_run(struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
 	json_object_set_new(j, "socket_drops", json_integer((json_int_t)res.totals.socket_drops));
 	json_object_set_new(j, "ring_overruns", json_integer((json_int_t)res.totals.ring_overruns));
 	json_object_set_new(j, "zero_loss", json_boolean(*ok));
+	*cpu_ns = res.totals.datagrams ? res.totals.rx_cpu_s * 1e9 / (double)res.totals.datagrams : 0;
+	json_object_set_new(j, "rx_cpu_ns_per_datagram", json_real(*cpu_ns));
 	json_array_append_new(runs, j);
 	free(res.s);
 	return 0;
 }
 
+/* One row of (c): the highest zero-loss rate for a path, receive I/O and
+ * number of receive threads. Doubles the offered rate until a run loses or
+ * the senders fall behind it, then bisects between the last zero-loss rate
+ * and the first lossy one (to 5%). The rate reported is the senders'
+ * achieved rate of the best zero-loss run. */
+static double c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_rx_io io,
+		    uint32_t threads, uint32_t streams, uint32_t senders, json_t *arr)
+{
+	const char *ioname = io == PDMA_RX_IO_URING ? "io_uring" : "recvmmsg";
+	struct pdma_gen_config g;
+	struct pdma_ingest_config ic;
+	double best = 0, best_cpu = 0, lo = 0, hi = 0, rate = 50e3, sec = x->quick ? 0.25 : 0.6;
+	bool sender_limited = false, failed = false;
+	json_t *runs = json_array();
+	pdma_gen_config_default(&g);
+	g.packet_size = 1500;
+	g.context = false;
+	g.streams = streams;
+	g.send_threads = senders;
+	pdma_ingest_config_default(&ic);
+	ic.threads = threads;
+	ic.path = path;
+	ic.rx_io = io;
+	ic.slot_size = 1536;
+	ic.ring_slots = 16384;
+	ic.dfr.max_payload = 1500;
+	/* Output window: 16k packets per stream (positions reused across
+	 * batches, newer wins), 16 table entries. */
+	ic.dfr.out_pkts = 16384;
+	ic.dfr.max_streams = 16;
+	for (int n = 0; n < 24; n++) {
+		bool ok;
+		double sent, cpu;
+		int e = c_run(&g, &ic, rate, sec, runs, &ok, &sent, &cpu);
+		if (e) {
+			fprintf(stderr, "(c) %s, %s: %s\n", pname, ioname, strerror(-e));
+			failed = true;
+			break;
+		}
+		if (ok) {
+			if (sent > best) {
+				best = sent;
+				best_cpu = cpu;
+			}
+			lo = rate;
+			if (sent < 0.9 * rate && hi == 0) {
+				/* No loss at the senders' maximum (and no lossy run
+				 * seen): a lower bound only. */
+				sender_limited = true;
+				break;
+			}
+		} else {
+			hi = rate;
+		}
+		if (hi == 0)
+			rate *= 2;
+		else if (hi - lo <= 0.05 * hi)
+			break;
+		else
+			rate = lo > 0 ? (lo + hi) / 2 : hi / 2;
+		if (rate < 1e3)
+			break;
+	}
+	printf("%12s %9s %8u %14.0f %10.2f %12.0f %s\n", pname, ioname, threads, best, best * 1500 * 8 / 1e9, best_cpu,
+	       failed ? "(failed)" : sender_limited ? "(sender-limited: no loss at the senders' maximum)" : "");
+	json_t *o = json_object();
+	json_object_set_new(o, "path", json_string(pname));
+	json_object_set_new(o, "rx_io", json_string(ioname));
+	json_object_set_new(o, "threads", json_integer(threads));
+	json_object_set_new(o, "sender_threads", json_integer(senders));
+	json_object_set_new(o, "streams", json_integer(streams));
+	json_object_set_new(o, "max_zero_loss_pps", json_real(best));
+	json_object_set_new(o, "max_zero_loss_gbps", json_real(best * 1500 * 8 / 1e9));
+	json_object_set_new(o, "sender_limited", json_boolean(sender_limited));
+	json_object_set_new(o, "rx_cpu_ns_per_datagram", json_real(best_cpu));
+	json_object_set_new(o, "failed", json_boolean(failed));
+	json_object_set_new(o, "runs", runs);
+	json_array_append_new(arr, o);
+	return best;
+}
+
+/* (c): every path this machine has, with recvmmsg and io_uring receive side
+ * by side (an io_uring row says "(failed)" and why where io_uring is
+ * unavailable). */
 static void part_c(struct ctx *x, json_t **best1)
 {
 	json_t *arr = json_array();
@@ -544,81 +630,16 @@ static void part_c(struct ctx *x, json_t **best1)
 
 	printf("\n(c) end-to-end gen -> ingest over 127.0.0.1, 1500-byte packets, %u streams, %u sender "
 	       "threads\n", streams, senders);
-	printf("%12s %8s %14s %10s\n", "path", "threads", "max 0-loss pps", "Gb/s");
+	printf("%12s %9s %8s %14s %10s %12s\n", "path", "rx", "threads", "max 0-loss pps", "Gb/s", "rx CPU ns/dg");
 	json_object_set_new(x->root, "c_sender_threads", json_integer(senders));
 	for (int p = 0; p < (x->gpu ? 2 : 1); p++)
-		for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++) {
-			struct pdma_gen_config g;
-			struct pdma_ingest_config ic;
-			double best = 0, lo = 0, hi = 0, rate = 50e3, sec = x->quick ? 0.25 : 0.6;
-			bool sender_limited = false, failed = false;
-			json_t *runs = json_array();
-			pdma_gen_config_default(&g);
-			g.packet_size = 1500;
-			g.context = false;
-			g.streams = streams;
-			g.send_threads = senders;
-			pdma_ingest_config_default(&ic);
-			ic.threads = threads[k];
-			ic.path = paths[p];
-			ic.slot_size = 1536;
-			ic.ring_slots = 16384;
-			ic.dfr.max_payload = 1500;
-			/* Output window: 16k packets per stream (positions reused
-			 * across batches, newer wins), 16 table entries. */
-			ic.dfr.out_pkts = 16384;
-			ic.dfr.max_streams = 16;
-			/* Double the offered rate until a run loses or the senders
-			 * fall behind it, then bisect between the last zero-loss rate
-			 * and the first lossy one (to 5%). The rate reported is the
-			 * senders' achieved rate of the best zero-loss run. */
-			for (int n = 0; n < 24; n++) {
-				bool ok;
-				double sent;
-				int e = c_run(&g, &ic, rate, sec, runs, &ok, &sent);
-				if (e) {
-					fprintf(stderr, "(c) %s: %s\n", pname[p], strerror(-e));
-					failed = true;
-					break;
-				}
-				if (ok) {
-					if (sent > best)
-						best = sent;
-					lo = rate;
-					if (sent < 0.9 * rate && hi == 0) {
-						/* No loss at the senders' maximum (and no
-						 * lossy run seen): a lower bound only. */
-						sender_limited = true;
-						break;
-					}
-				} else {
-					hi = rate;
-				}
-				if (hi == 0)
-					rate *= 2;
-				else if (hi - lo <= 0.05 * hi)
-					break;
-				else
-					rate = lo > 0 ? (lo + hi) / 2 : hi / 2;
-				if (rate < 1e3)
-					break;
+		for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++)
+			for (int io = 0; io < 2; io++) {
+				double b = c_row(x, paths[p], pname[p], io ? PDMA_RX_IO_URING : PDMA_RX_IO_RECVMMSG,
+						 threads[k], streams, senders, arr);
+				if (p == 0 && k == 0 && io == 0)
+					*best1 = json_real(b);
 			}
-			printf("%12s %8u %14.0f %10.2f %s\n", pname[p], threads[k], best, best * 1500 * 8 / 1e9,
-			       failed ? "(failed)" :
-			       sender_limited ? "(sender-limited: no loss at the senders' maximum)" : "");
-			json_t *o = json_object();
-			json_object_set_new(o, "path", json_string(pname[p]));
-			json_object_set_new(o, "threads", json_integer(threads[k]));
-			json_object_set_new(o, "sender_threads", json_integer(senders));
-			json_object_set_new(o, "streams", json_integer(streams));
-			json_object_set_new(o, "max_zero_loss_pps", json_real(best));
-			json_object_set_new(o, "max_zero_loss_gbps", json_real(best * 1500 * 8 / 1e9));
-			json_object_set_new(o, "sender_limited", json_boolean(sender_limited));
-			json_object_set_new(o, "runs", runs);
-			if (p == 0 && k == 0)
-				*best1 = json_real(best);
-			json_array_append_new(arr, o);
-		}
 	json_object_set_new(x->root, "c_loopback", arr);
 }
 

@@ -61,7 +61,8 @@ if c:
     f = os.path.join(tmp, "c.dat")
     with open(f, "w") as fh:
         for r in c:
-            fh.write('"%s x%d" %f\n' % (r["path"], r["threads"], r["max_zero_loss_pps"] / 1e3))
+            rx = " %s" % r["rx_io"] if "rx_io" in r else ""  # older results: recvmmsg only
+            fh.write('"%s%s x%d" %f\n' % (r["path"], rx, r["threads"], r["max_zero_loss_pps"] / 1e3))
         base = d.get("d_baseline_2014", {})
         if "max_zero_loss_pps" in base:
             fh.write('"2014: recv+copy/pkt" %f\n' % (base["max_zero_loss_pps"] / 1e3))

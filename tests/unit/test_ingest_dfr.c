@@ -288,8 +288,8 @@ static void test_gen(void **state)
 static int fast_vs_general(const struct pdma_dfr_config *c, const uint8_t *slot, uint32_t slot_size)
 {
 	struct pdma_dfr_pre pre;
-	struct pdma_dfr_desc d, fd, nd;
-	struct pdma_dfr_pkt r = { 0 }, fr, nr;
+	struct pdma_dfr_desc d, fd, nd = { 0 };
+	struct pdma_dfr_pkt r = { 0 }, fr, nr = { 0 };
 	uint32_t tr_off = 1;
 	int st = pdma_dfr_header(c, slot, slot_size, &d, &r);
 	pdma_dfr_prefix(slot, &pre);

@@ -187,8 +187,49 @@ static void test_loopback_direct_sim(void **state)
 	pdma_sim_get_stats(sim, &st);
 	assert_true(st.dma_bytes > 800 * 1024);
 	assert_int_equal(st.live_pins, 0); /* rings unregistered at close */
+	/* io_uring fills host buffers: not the direct path's device ring. */
+	struct pdma_ingest *ing;
+	ic.rx_io = PDMA_RX_IO_URING;
+	assert_int_equal(pdma_ingest_open(&ic, &ing), -EINVAL);
 	assert_int_equal(pdma_domain_close(dom), 0);
 	assert_int_equal(pdma_sim_close(sim), 0);
+}
+
+/* The same exact accounting with io_uring receive (two receive threads, so
+ * two rings and two multishot requests). Skipped where io_uring is not
+ * available. */
+static void test_loopback_io_uring(void **state)
+{
+	struct pdma_gen_config g;
+	struct pdma_ingest_config ic;
+	struct pdma_ingest *ing;
+	(void)state;
+	pdma_ingest_config_default(&ic);
+	ic.rx_io = PDMA_RX_IO_URING;
+	ic.port = 0;
+	ic.ring_slots = 64;
+	ic.slot_size = 256;
+	int e = pdma_ingest_open(&ic, &ing);
+	if (e == -ENOSYS || e == -EPERM || e == -EINVAL || e == -EOPNOTSUPP) {
+		printf("skipped: io_uring receive unavailable here (%s)\n", strerror(-e));
+		skip();
+	}
+	assert_int_equal(e, 0);
+	pdma_ingest_close(ing);
+	pdma_gen_config_default(&g);
+	g.streams = 4;
+	g.packets = 1500;
+	g.loss_pm = 10;
+	g.loss_burst = 16;
+	g.dup_pm = 10;
+	g.reorder_pm = 10;
+	g.seed = 11;
+	pdma_ingest_config_default(&ic);
+	ic.rx_io = PDMA_RX_IO_URING;
+	ic.threads = 2;
+	ic.ring_slots = 1024;
+	ic.slot_size = 2048;
+	check(&g, &ic, 50000);
 }
 
 static void test_ingest_bad_config(void **state)
@@ -201,6 +242,9 @@ static void test_ingest_bad_config(void **state)
 	assert_int_equal(pdma_ingest_open(&ic, &ing), -EINVAL);
 	pdma_ingest_config_default(&ic);
 	ic.path = PDMA_RX_DIRECT; /* needs a domain and a sim */
+	assert_int_equal(pdma_ingest_open(&ic, &ing), -EINVAL);
+	pdma_ingest_config_default(&ic);
+	ic.rx_io = (enum pdma_rx_io)7; /* no such receive I/O */
 	assert_int_equal(pdma_ingest_open(&ic, &ing), -EINVAL);
 	pdma_ingest_config_default(&ic);
 	ic.path = PDMA_RX_HOST_STAGED;
@@ -242,6 +286,7 @@ int main(void)
 		cmocka_unit_test(test_loopback_bursts_two_threads),
 		cmocka_unit_test(test_loopback_sender_threads),
 		cmocka_unit_test(test_loopback_direct_sim),
+		cmocka_unit_test(test_loopback_io_uring),
 		cmocka_unit_test(test_demo),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
