@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU half of issue 6 in one call on the GPU machine (device tool), from
 # binaries built on the development machine (nvcc there compiles the module)
-# and carried in DIR with the two shared libraries the image lacks (cmocka,
-# jansson), plus the build tree BUILD for ctest:
+# and carried in DIR with the shared libraries the image lacks (cmocka,
+# jansson, liburing), plus the build tree BUILD for ctest:
 #  1. bench_ingest (x): the deframer's kernel variants next to copies of the
 #     same data volume, and which one has the best mean ratio to the D2D copy
 #     over 1 KiB / 1500 B / 8 KiB packets; everything after it runs the
@@ -59,7 +59,8 @@ bdir=$(ctest_dir "$B" "$src")
 grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/gpu-tests.log" | tail -8
 
 echo "=== 3. bench_ingest (a)-(e)"
-timeout 330 "$D/bench_ingest" --parts "${BENCH_PARTS:-abcde}" --json "$OUT/abcde.json" | tee "$OUT/ingest.txt"
+timeout 330 "$D/bench_ingest" --parts "${BENCH_PARTS:-abcde}" --rx "${BENCH_RX:-recvmmsg,io_uring}" \
+	--json "$OUT/abcde.json" | tee "$OUT/ingest.txt"
 echo "bench rc=$?"
 
 echo "=== 4. gen -> ingest through the GPU paths"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA tests and benchmark on the GPU machine (issue 5), from a build made
-# elsewhere (the GPU machine has no libcmocka/libjansson packages: their .so
-# files travel in BUILD/dev). Results under OUTDIR:
+# elsewhere (the GPU machine has no libcmocka/libjansson/liburing packages:
+# their .so files travel in BUILD/dev). Results under OUTDIR:
 #   gpu-tests.log   ctest -V of the CUDA tests (unit + gpu)
 #   bench.log/json  bench_cuda
 #   info.log        peerdma info (+ --device for each non-GPU PCI device)

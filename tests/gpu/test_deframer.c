@@ -434,6 +434,15 @@ static void test_variants(void **state)
 		begin(PDMA_GPU_LAUNCH_STREAM);
 		run_batches(&F.aligned, ZERO_COPY, WHOLE, 1, 0);
 		compare(&F.aligned, "zero-copy");
+		if (!strncmp(names[v], "v14", 3)) {
+			/* Host-staged in 64 KiB chunks: v14 chains the chunks'
+			 * kernels (a repair must not race the next chunk's
+			 * claims); every chunk after the first defers. */
+			begin(PDMA_GPU_LAUNCH_STREAM);
+			run_batches(&F.mixed, STAGED, WHOLE, 1, 64u << 10);
+			compare(&F.mixed, "host-staged, 64 KiB chunks");
+			assert_true(F.ops.repairs(F.g) > 0);
+		}
 	}
 	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
 	assert_int_equal(F.ops.set_kernel(F.g, "nonesuch"), -ENOENT);
