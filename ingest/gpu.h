@@ -57,7 +57,7 @@
  *          of known streams; a claim whose trailer fails is undone before
  *          the copy pass ends (put a valid duplicate in place or give the
  *          tag back), so the result is v11's; v14b5: its copy pass at 5
- *          blocks per SM (no register spill).
+ *          blocks per SM instead of 6.
  */
 #ifndef PDMA_INGEST_GPU_H
 #define PDMA_INGEST_GPU_H

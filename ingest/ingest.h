@@ -239,8 +239,9 @@ struct pdma_rx_stats {
 };
 
 /* io_uring receive (rx_uring.c) into ring r from socket fd, from the ring's
- * head on: open fails with -ENOSYS / -EPERM where io_uring is absent or
- * disabled, -EINVAL where provided-buffer rings are (before Linux 5.19).
+ * head on: open fails with -EOPNOTSUPP where io_uring is absent or disabled
+ * or lacks provided-buffer rings (before Linux 5.19), as does
+ * pdma_ingest_open with rx_io io_uring.
  * run() receives until *stop is set and the socket has been quiet for 20 ms
  * (what it holds is drained first); 0 or a negative errno. */
 struct pdma_rx_uring;

@@ -51,6 +51,13 @@ struct pdma_rx_uring {
 	bool armed;
 };
 
+/* What the kernel says when io_uring, or a feature of it this file needs, is
+ * missing or forbidden, as the one answer callers test for. */
+static int unavailable(int e)
+{
+	return e == -ENOSYS || e == -EPERM || e == -EINVAL || e == -EOPNOTSUPP ? -EOPNOTSUPP : e;
+}
+
 int pdma_rx_uring_open(struct pdma_rx_uring **out, int fd, struct pdma_ring *r)
 {
 	struct pdma_rx_uring *u;
@@ -70,8 +77,10 @@ int pdma_rx_uring_open(struct pdma_rx_uring **out, int fd, struct pdma_ring *r)
 	p.flags = IORING_SETUP_CQSIZE;
 	p.cq_entries = 2 * u->entries;
 	ret = io_uring_queue_init_params(8, &u->ring, &p);
-	if (ret < 0)
-		goto err; /* -ENOSYS, -EPERM: io_uring absent or disabled */
+	if (ret < 0) {
+		ret = unavailable(ret); /* -ENOSYS, -EPERM: io_uring absent or disabled */
+		goto err;
+	}
 	u->ring_up = true;
 	u->br_bytes = (size_t)u->entries * sizeof(struct io_uring_buf);
 	u->br = mmap(NULL, u->br_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -87,8 +96,10 @@ int pdma_rx_uring_open(struct pdma_rx_uring **out, int fd, struct pdma_ring *r)
 		.bgid = BGID,
 	};
 	ret = io_uring_register_buf_ring(&u->ring, &reg, 0);
-	if (ret < 0)
-		goto err; /* -EINVAL before Linux 5.19 */
+	if (ret < 0) {
+		ret = unavailable(ret); /* -EINVAL before Linux 5.19 */
+		goto err;
+	}
 	u->done = u->provided = atomic_load(&r->head);
 	*out = u;
 	return 0;

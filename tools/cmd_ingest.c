@@ -188,11 +188,9 @@ int pdma_cmd_ingest(int argc, char **argv)
 		if (ret == -ENODEV)
 			fprintf(stderr, "peerdma ingest: --path %s needs a CUDA device; none found\n",
 				c.path == PDMA_RX_HOST_STAGED ? "host-staged" : "zero-copy");
-		else if (c.rx_io == PDMA_RX_IO_URING &&
-			 (ret == -ENOSYS || ret == -EPERM || ret == -EINVAL || ret == -EOPNOTSUPP))
-			fprintf(stderr, "peerdma ingest: io_uring receive unavailable here (%s): needs Linux "
-					"5.19 and io_uring allowed; --rx recvmmsg works everywhere\n",
-				strerror(-ret));
+		else if (c.rx_io == PDMA_RX_IO_URING && ret == -EOPNOTSUPP)
+			fprintf(stderr, "peerdma ingest: io_uring receive unavailable here: needs Linux 5.19 "
+					"and io_uring allowed; --rx recvmmsg works everywhere\n");
 		else if (ret == -ENOENT)
 			fprintf(stderr, "peerdma ingest: the GPU deframer module (libpeerdma_vrt_cuda.so) "
 					"was not built or not found (set PEERDMA_VRT_CUDA)\n");

@@ -145,6 +145,35 @@ __device__ __noinline__ static struct dfr_hres dfr_header_slow(struct pdma_dfr_c
 	return h;
 }
 
+/* The block's cached stream-table index of key want, or -1 (entries are
+ * added in order, so the first free one ends the search). */
+__device__ __forceinline__ static int cache_find(const unsigned long long *s_keys, uint32_t ncache,
+						 unsigned long long want)
+{
+	for (uint32_t k = 0; k < ncache; k++) {
+		const unsigned long long v = s_keys[k];
+		if (v == want)
+			return (int)k;
+		if (v == 0)
+			break;
+	}
+	return -1;
+}
+
+/* Byte offset of a payload in the output tables: stream idx, position pos. */
+__device__ __forceinline__ static unsigned long long out_off(const struct pdma_dfr_config &c, uint32_t idx,
+							    size_t pos, uint32_t len)
+{
+	return (size_t)idx * c.out_pkts * c.max_payload + pos * len;
+}
+
+/* The 16-byte output windows that bytes [a, a + len) touch: the two-pass copy
+ * stride's unit. */
+__device__ __forceinline__ static uint32_t windows16(uintptr_t a, uint32_t len)
+{
+	return (uint32_t)(((a + len + 15) >> 4) - (a >> 4));
+}
+
 /* v14 (deferred trailer): what its header and copy passes share. The header
  * pass decides a fast-path packet of a known stream from the slot's prefix
  * alone and claims its output position; the trailer, the one field outside
@@ -192,15 +221,11 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 		 * copies here, so it reads the trailer first, as v11 does. */
 		uint32_t tro = 0;
 		if (undo && pp && pdma_dfr_header_fast_nt(&c, slot_size, pp, &d, &r, &tro) && tro) {
-			const unsigned long long want = (1ull << 32) | d.stream_id;
-			uint32_t k = 0;
-			while (k < ncache && s_keys[k] != want && s_keys[k] != 0)
-				k++;
+			const int k = cache_find(s_keys, ncache, (1ull << 32) | d.stream_id);
 			const size_t pos = (size_t)(r.pkt % c.out_pkts);
-			const unsigned long long o = (size_t)k * c.out_pkts * c.max_payload + pos * r.payload_len;
-			const uintptr_t a = (uintptr_t)(t.out + o);
-			if (k < ncache && s_keys[k] == want && s_plen[k] == r.payload_len &&
-			    (uint32_t)(((a + r.payload_len + 15) >> 4) - (a >> 4)) <= stride) {
+			const unsigned long long o = out_off(c, (uint32_t)k, pos, r.payload_len);
+			if (k >= 0 && s_plen[k] == r.payload_len &&
+			    windows16((uintptr_t)(t.out + o), r.payload_len) <= stride) {
 				d.stream = (uint16_t)k;
 				unsigned long long *tag = (unsigned long long *)&t.tags[(size_t)k * c.out_pkts + pos];
 				const unsigned long long was = atomicMax(tag, (unsigned long long)(r.pkt + 1));
@@ -238,16 +263,7 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 	if (st < 0)
 		return st;
 	unsigned long long want = (1ull << 32) | d.stream_id;
-	int idx = -1;
-	for (uint32_t k = 0; k < ncache; k++) {
-		unsigned long long v = s_keys[k];
-		if (v == want) {
-			idx = (int)k;
-			break;
-		}
-		if (v == 0)
-			break;
-	}
+	int idx = cache_find(s_keys, ncache, want);
 	if (idx < 0) {
 		idx = dfr_lookup(&c, (unsigned long long *)t.keys, d.stream_id, true);
 		if (idx < 0)
@@ -288,7 +304,7 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 		return PDMA_DFR_ST_DATA_OLD; /* duplicate or stale: never overwrites */
 	off = PDMA_SLOT_HDR + r.payload_off;
 	len = r.payload_len;
-	dst = (size_t)idx * c.out_pkts * c.max_payload + pos * r.payload_len;
+	dst = out_off(c, (uint32_t)idx, pos, r.payload_len);
 	return PDMA_DFR_ST_DATA;
 }
 
@@ -753,7 +769,7 @@ __global__ void __launch_bounds__(256)
 		if constexpr (FAST) {
 			const uintptr_t a = (uintptr_t)(t.out + dst);
 			/* (never a deferred packet: dfr_lane checked its width) */
-			if (len && (uint32_t)(((a + len + 15) >> 4) - (a >> 4)) > stride) {
+			if (len && windows16(a, len) > stride) {
 				copy_serial(t.out + dst, myslot + off, len);
 				wlen = 0;
 			}
@@ -827,7 +843,7 @@ __global__ void __launch_bounds__(256)
 		return;
 	const uintptr_t s = (uintptr_t)(slots + (size_t)p * slot_size + e.z);
 	const uintptr_t a = (uintptr_t)(out + (((unsigned long long)e.y << 32) | e.x));
-	const uint32_t nw = (uint32_t)(((a + len + 15) >> 4) - (a >> 4));
+	const uint32_t nw = windows16(a, len);
 	if (u >= nw)
 		return;
 	const uintptr_t aw = (a & ~(uintptr_t)15) + 16u * u;
@@ -927,7 +943,7 @@ __global__ void __launch_bounds__(256, MINB)
 		const uint32_t len = e[q].w;
 		const uintptr_t a = (uintptr_t)(out + (((unsigned long long)e[q].y << 32) | e[q].x));
 		const uintptr_t s = (uintptr_t)(slots + (size_t)p[q] * slot_size + (DEFER ? e[q].z & ~WL_DEFER : e[q].z));
-		const uint32_t nw = (uint32_t)(((a + len + 15) >> 4) - (a >> 4));
+		const uint32_t nw = windows16(a, len);
 		l0[q] = make_uint4(0, 0, 0, 0);
 		l1[q] = l0[q];
 		aw[q] = (a & ~(uintptr_t)15) + 16u * u[q];
@@ -1064,8 +1080,7 @@ __device__ __noinline__ static void v14_repair(const struct v14_args va, const u
 			if (q != UINT32_MAX) {
 				const uint8_t *qs = slots + (size_t)q * slot_size;
 				const struct dfr_hres hq = dfr_header_slow(c, qs, slot_size);
-				copy_serial(va.t.out + (size_t)db.stream * c.out_pkts * c.max_payload +
-						    pos * hq.r.payload_len,
+				copy_serial(va.t.out + out_off(c, db.stream, pos, hq.r.payload_len),
 					    qs + PDMA_SLOT_HDR + hq.r.payload_off, hq.r.payload_len);
 				va.desc[q].status = PDMA_DFR_ST_DATA;
 			} else {
@@ -1206,7 +1221,7 @@ static const struct kvar KV[] = {
 	/* 17: v11 with the trailer checked in the copy pass (experimental) */
 	{ "v14", (const void *)dfr_tp_hdr<true, true>, 3, 0, false, 17, true,
 		   (const void *)dfr_v9_copy<2, 6, true>, 2, false, true, false, true },
-	/* 18: v14 with room for its trailer words (48 registers, no spill) */
+	/* 18: v14's copy pass at 5 blocks/SM (48 registers), the other occupancy to measure */
 	{ "v14b5", (const void *)dfr_tp_hdr<true, true>, 3, 0, false, 18, true,
 	  (const void *)dfr_v9_copy<2, 5, true>, 2, false, true, false, true },
 };
