@@ -6,7 +6,8 @@
  * the payload copy and the loop around it differ.
  *
  * Input: a ring of fixed-size slots; each slot starts with a 16-byte header
- * (struct pdma_slot_hdr: datagram length) and holds one received datagram at
+ * (struct pdma_slot_hdr: datagram length, flags, a copy of the datagram's
+ * last word) and holds one received datagram at
  * byte PDMA_SLOT_HDR (36): with the DIFI prologue (28 bytes) the payload then
  * starts 64-byte aligned, so the GPU copies it with aligned, fully coalesced
  * 16-byte accesses.
@@ -36,16 +37,45 @@
 #ifndef PDMA_INGEST_DEFRAME_H
 #define PDMA_INGEST_DEFRAME_H
 
+#include <string.h>
+
 #include "peerdma/vrt.h"
 
 #define PDMA_SLOT_HDR 36u /* datagram offset in a slot (header struct + pad) */
 
 struct pdma_slot_hdr {
 	uint32_t len;      /* datagram bytes in the slot (0: empty / dropped) */
-	uint32_t flags;    /* PDMA_SLOT_TRUNC: datagram was larger than the slot */
-	uint64_t rx_seq;   /* arrival sequence (diagnostics) */
+	uint32_t flags;    /* PDMA_SLOT_* */
+	uint32_t rx_seq;   /* arrival sequence of the receive thread, mod 2^32 (diagnostics) */
+	uint32_t tail;     /* PDMA_SLOT_TAIL: the datagram's last 4 bytes, as received */
 };
-#define PDMA_SLOT_TRUNC 1u
+#define PDMA_SLOT_TRUNC 1u /* the datagram was larger than the slot */
+/* tail holds the datagram's last 4 bytes (a VRT packet's trailer, when it
+ * has one). A producer sets it when the datagram has just landed and its end
+ * is in the CPU's cache anyway; a deframer that reads only the slot's first
+ * 64 bytes (the GPU's header pass) then checks the trailer without a second
+ * scattered DRAM (or, from a mapped host ring, PCIe) read per packet. It is
+ * the producer's promise that tail equals those bytes: the GPU's fast path
+ * trusts it, the CPU deframer reads the bytes, and they agree exactly when
+ * the promise holds. A producer that cannot keep it (a NIC writing slots
+ * itself) leaves the flag clear, and the trailer is read from the datagram. */
+#define PDMA_SLOT_TAIL 2u
+
+/* Fill slot's header once its datagram (len bytes at PDMA_SLOT_HDR, truncated
+ * when trunc) has landed: every producer's one way to do it. */
+static inline void pdma_slot_finish(uint8_t *slot, uint32_t len, int trunc, uint32_t rx_seq)
+{
+	struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)slot;
+
+	h->len = len;
+	h->flags = trunc ? PDMA_SLOT_TRUNC : 0;
+	h->rx_seq = rx_seq;
+	h->tail = 0;
+	if (!trunc && len >= 4) {
+		memcpy(&h->tail, slot + PDMA_SLOT_HDR + len - 4, 4);
+		h->flags |= PDMA_SLOT_TAIL;
+	}
+}
 
 /* Deframer errors beyond the parser's (descriptor status, negated). */
 enum pdma_dfr_err {
@@ -83,6 +113,14 @@ struct pdma_dfr_config {
 	uint32_t bytes_per_sample; /* 4 for 16-bit I/Q */
 	uint64_t sample_rate;      /* samples per second: integer second -> sample count */
 };
+
+/* A configuration both deframers accept (pdma_dfr_init, the GPU's open):
+ * what the arithmetic below divides by is never 0. */
+static inline int pdma_dfr_config_ok(const struct pdma_dfr_config *c)
+{
+	return c->max_streams && c->max_streams < PDMA_DFR_NO_STREAM && c->out_pkts && c->max_payload &&
+	       c->bytes_per_sample && c->sample_rate && c->max_payload % c->bytes_per_sample == 0;
+}
 
 /* Device-visible state of one deframer (arrays sized by the config). The
  * same layout lives in host memory (CPU) or device memory (GPU). */
@@ -189,6 +227,7 @@ PDMA_DFR_FN int pdma_dfr_header(const struct pdma_dfr_config *c, const uint8_t *
  */
 struct pdma_dfr_pre {
 	uint32_t len, flags;       /* struct pdma_slot_hdr */
+	uint32_t tail;             /* its tail (host order) */
 	uint32_t h, sid, c0, c1;   /* VRT words 0-3 (host order) */
 	uint32_t tsi, fhi, flo;    /* VRT words 4-6 */
 };
@@ -201,6 +240,7 @@ PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, struct pdma_dfr_pre *p)
 	const uint4 e = ((const uint4 *)slot)[3];
 	p->len = a.x;
 	p->flags = a.y;
+	p->tail = __byte_perm(a.w, 0, 0x0123);
 	/* The datagram starts at byte 36 = word 1 of b. */
 	p->h = __byte_perm(b.y, 0, 0x0123);
 	p->sid = __byte_perm(b.z, 0, 0x0123);
@@ -214,6 +254,7 @@ PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, struct pdma_dfr_pre *p)
 	const uint8_t *b = slot + PDMA_SLOT_HDR;
 	p->len = sh->len;
 	p->flags = sh->flags;
+	p->tail = pdma_vrt_get32((const uint8_t *)&sh->tail);
 	p->h = pdma_vrt_get32(b);
 	p->sid = pdma_vrt_get32(b + 4);
 	p->c0 = pdma_vrt_get32(b + 8);
@@ -224,13 +265,43 @@ PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, struct pdma_dfr_pre *p)
 #endif
 }
 
+/* Trailing zero bits of x != 0. */
+PDMA_DFR_FN uint32_t pdma_dfr_ctz32(uint32_t x)
+{
+#if defined(__CUDA_ARCH__)
+	return (uint32_t)__ffs((int)x) - 1u;
+#else
+	return (uint32_t)__builtin_ctz(x);
+#endif
+}
+
+/* x / d (and x % d in *rem) for x < 2^53, d >= 1, exactly: the correctly
+ * rounded double quotient is within one of the true one (x and d are exact
+ * doubles), and integer arithmetic corrects it. A GPU emulates 64-bit integer
+ * division with a long dependent sequence; on the header pass's critical path,
+ * once per packet, that showed as instruction issue, not memory, bounding
+ * it. This is a double division, two conversions and a correction. */
+PDMA_DFR_FN uint64_t pdma_dfr_divmod53(uint64_t x, uint32_t d, uint32_t *rem)
+{
+	uint64_t q = (uint64_t)((double)x / (double)d);
+	int64_t r = (int64_t)(x - q * d);
+
+	if (r < 0) {
+		q--;
+		r += d;
+	} else if (r >= (int64_t)d) {
+		q++;
+		r -= d;
+	}
+	*rem = (uint32_t)r;
+	return q;
+}
+
 /* The fast path without the trailer: everything pdma_dfr_header_fast()
  * checks but the trailer word's content, from the prefix alone. Returns 1 and
  * fills *d, *r as the fast path does, with *tr_off the trailer's byte offset
  * in the slot (0: the packet has none); the packet is the fast path's (and
- * the general path's) only if that trailer passes pdma_vrt_trailer_ok().
- * A deframer that defers the trailer (the GPU's v14) must check it before
- * the packet's verdict counts. */
+ * the general path's) only if that trailer passes pdma_vrt_trailer_ok(). */
 PDMA_DFR_FN int pdma_dfr_header_fast_nt(const struct pdma_dfr_config *c, uint32_t slot_size,
 					const struct pdma_dfr_pre *p, struct pdma_dfr_desc *d,
 					struct pdma_dfr_pkt *r, uint32_t *tr_off)
@@ -253,13 +324,35 @@ PDMA_DFR_FN int pdma_dfr_header_fast_nt(const struct pdma_dfr_config *c, uint32_
 		return 0;
 	plen = words * 4u - 28u - 4u * tr;
 	frac = ((uint64_t)p->fhi << 32) | p->flo;
-	if (frac >= c->sample_rate || plen == 0 || plen % c->bytes_per_sample || plen > c->max_payload)
+	if (frac >= c->sample_rate || plen == 0 || plen > c->max_payload)
 		return 0;
-	s = (uint64_t)p->tsi * c->sample_rate + frac;
-	spp = plen / c->bytes_per_sample;
-	if (s % spp)
-		return 0;
-	r->pkt = s / spp;
+	if ((c->bytes_per_sample & (c->bytes_per_sample - 1)) == 0) {
+		/* A power of two (4 for 16-bit I/Q): a mask and a shift, where
+		 * a GPU would run a division sequence. */
+		if (plen & (c->bytes_per_sample - 1))
+			return 0;
+		spp = plen >> pdma_dfr_ctz32(c->bytes_per_sample);
+	} else {
+		if (plen % c->bytes_per_sample)
+			return 0;
+		spp = plen / c->bytes_per_sample;
+	}
+	if (c->sample_rate <= UINT32_MAX) {
+		/* s = tsi * rate + frac without a 64-bit division: with rate =
+		 * a * spp + b, s = spp * (tsi * a) + t, t = tsi * b + frac <
+		 * 2^32 * spp + 2^32 < 2^51 (spp < 2^18: payloads < 2^18 bytes). */
+		const uint32_t rate = (uint32_t)c->sample_rate, a = rate / spp, b = rate - a * spp;
+		uint32_t rt;
+		const uint64_t qt = pdma_dfr_divmod53((uint64_t)p->tsi * b + frac, spp, &rt);
+		if (rt)
+			return 0;
+		r->pkt = (uint64_t)p->tsi * a + qt;
+	} else {
+		s = (uint64_t)p->tsi * c->sample_rate + frac;
+		if (s % spp)
+			return 0;
+		r->pkt = s / spp;
+	}
 	r->payload_off = 28;
 	r->payload_len = plen;
 	d->pkt = r->pkt;
@@ -278,7 +371,9 @@ PDMA_DFR_FN int pdma_dfr_header_fast(const struct pdma_dfr_config *c, const uint
 
 	if (!pdma_dfr_header_fast_nt(c, slot_size, p, d, r, &tr_off))
 		return 0;
-	return !tr_off || pdma_vrt_trailer_ok(pdma_vrt_get32(slot + tr_off));
+	/* The datagram's last word is its trailer (the fast path takes only
+	 * packets that fill the datagram exactly). */
+	return !tr_off || pdma_vrt_trailer_ok((p->flags & PDMA_SLOT_TAIL) ? p->tail : pdma_vrt_get32(slot + tr_off));
 }
 
 /* Host (single-threaded) stream lookup; returns index or -1 when full. */

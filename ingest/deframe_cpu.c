@@ -18,9 +18,7 @@ void pdma_dfr_config_default(struct pdma_dfr_config *c)
 int pdma_dfr_init(struct pdma_dfr *d, const struct pdma_dfr_config *cfg)
 {
 	memset(d, 0, sizeof(*d));
-	if (!cfg->max_streams || cfg->max_streams >= PDMA_DFR_NO_STREAM || !cfg->out_pkts ||
-	    !cfg->max_payload || !cfg->bytes_per_sample || !cfg->sample_rate ||
-	    cfg->max_payload % cfg->bytes_per_sample)
+	if (!pdma_dfr_config_ok(cfg))
 		return -EINVAL;
 	d->cfg = *cfg;
 	size_t ns = cfg->max_streams, tags = ns * cfg->out_pkts;

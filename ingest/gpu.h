@@ -25,13 +25,15 @@
  * Kernel variants (set_kernel, or PEERDMA_DFR_KERNEL at open), all byte-
  * identical (tests/gpu/test_deframer.c runs each); bench/ingest/NOTES.md has
  * their measurements:
- *   auto   the default: v11 for batches whose longest known payload is at
- *          least 768 bytes (on the H100's 3.35 TB/s; proportionally more on
- *          faster memory, PEERDMA_DFR_AUTO_MIN overrides), v7s below (and
- *          before any payload is known);
+ *   auto   the default: v11 once a payload length is known (the copy
+ *          pass's stride comes from it), v7s before; PEERDMA_DFR_AUTO_MIN
+ *          sets the shortest payload for v11 (default 1);
  *   v11    two passes: a header pass, one thread per packet, on the fast path
  *          (pdma_dfr_header_fast: the slot's first 64 bytes in three
- *          independent loads; no shared parser scratch, 8 blocks per SM),
+ *          independent loads, the trailer from the slot header's copy when
+ *          the producer set PDMA_SLOT_TAIL, 32-bit and double arithmetic
+ *          instead of 64-bit divisions; no shared parser scratch, 8 blocks
+ *          per SM),
  *          then v9's copy pass (2 windows per thread, 6 blocks per SM) with a
  *          stride (16-byte output windows per packet) from the longest
  *          payload seen so far; a longer payload is
@@ -51,13 +53,7 @@
  *   v8tp   two passes: the general header pass writing a work list, then one
  *          thread per 16-byte output window; v9: the copy pass with its stride
  *          from the slot geometry, 4 windows per thread; v9u8: 8 windows;
- *   v10    v9 in sub-batches, header pass k + 1 overlapping copy pass k;
- *   v14    experimental, not yet measured: v11 with the trailer checked in
- *          the copy pass (which reads the bytes beside it anyway) for packets
- *          of known streams; a claim whose trailer fails is undone before
- *          the copy pass ends (put a valid duplicate in place or give the
- *          tag back), so the result is v11's; v14b5: its copy pass at 5
- *          blocks per SM instead of 6.
+ *   v10    v9 in sub-batches, header pass k + 1 overlapping copy pass k.
  */
 #ifndef PDMA_INGEST_GPU_H
 #define PDMA_INGEST_GPU_H
@@ -67,7 +63,8 @@
 
 #include "deframe.h"
 
-#define PDMA_GPU_API_VERSION 3
+/* 4: version 3's repairs() (the v14 experiment, removed) is gone. */
+#define PDMA_GPU_API_VERSION 4
 
 struct pdma_gpu_dfr;
 
@@ -87,12 +84,14 @@ struct pdma_gpu_bench {
 #define PDMA_GPU_COPY_SKEL1 2    /* payloads only (no parse, no tags), one contiguous output */
 #define PDMA_GPU_COPY_SKEL4 3    /* payloads only, four output streams like the deframer's */
 /* Probes of the two-pass header pass (time on the deframer's byte count):
- * v11's header pass alone; its slot loads alone (prefix + trailer; prefix);
- * v14's header pass alone (trailers deferred). */
+ * v11's header pass alone; its slot loads alone (prefix + the trailer read from
+ * the datagram; prefix only, as with the slot header's copy of the trailer). */
 #define PDMA_GPU_COPY_HDR 4
 #define PDMA_GPU_COPY_TOUCH 5
 #define PDMA_GPU_COPY_TOUCHP 6
-#define PDMA_GPU_COPY_HDRD 7
+/* The current two-pass kernel's copy pass alone (its header pass run before
+ * the timed part). */
+#define PDMA_GPU_COPY_CPASS 7
 
 struct pdma_gpu_ops {
 	uint32_t version;
@@ -153,11 +152,6 @@ struct pdma_gpu_ops {
 	int (*bench_batches)(struct pdma_gpu_dfr *g, const void *host_slots, uint32_t slot_size,
 			     uint32_t per, uint32_t batches, int staged, int mode, int sync_each,
 			     int reps, struct pdma_gpu_bench *r);
-	/* ---- version 3 ---- */
-	/* v14: packets whose deferred trailer failed after their claim, undone
-	 * since open or reset_tables (a diagnostic and a test hook); waits for
-	 * the device. Negative errno on failure. */
-	int64_t (*repairs)(struct pdma_gpu_dfr *g);
 };
 
 typedef int (*pdma_vrt_cuda_api_fn)(struct pdma_gpu_ops *ops, uint32_t version);

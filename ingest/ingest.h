@@ -218,7 +218,8 @@ struct pdma_ingest_config {
 	struct pdma_sim *sim;       /* direct path: the simulated GPU holding the rings */
 	size_t gpu_chunk;           /* host-staged: bytes per copy (0: 4 MiB, >= 90% of the H100's copy-engine peak) */
 	/* GPU paths: how each batch is launched (ingest/gpu.h): one CUDA graph
-	 * replay per batch (default) or one stream call per operation. */
+	 * replay per batch (the default for zero-copy) or one stream call per
+	 * operation (the default for host-staged, where it measured faster). */
 	enum pdma_ingest_launch { PDMA_INGEST_LAUNCH_DEFAULT = 0, PDMA_INGEST_LAUNCH_STREAM,
 				     PDMA_INGEST_LAUNCH_GRAPH } gpu_launch;
 };

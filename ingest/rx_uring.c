@@ -228,10 +228,7 @@ int pdma_rx_uring_run(struct pdma_rx_uring *u, const atomic_bool *stop, struct p
 			}
 			uint32_t len = (uint32_t)cqe->res - OUT_HDR;
 			bool t = o->flags & MSG_TRUNC;
-			struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)slot;
-			h->len = len;
-			h->flags = t ? PDMA_SLOT_TRUNC : 0;
-			h->rx_seq = seq++;
+			pdma_slot_finish(slot, len, t, (uint32_t)seq++);
 			bytes += len;
 			trunc += t;
 			u->done++;

@@ -144,11 +144,17 @@ int pdma_ingest_open(const struct pdma_ingest_config *c, struct pdma_ingest **ou
 		if (ret)
 			goto err;
 		/* Default: the module's (graph launch unless PEERDMA_GPU_LAUNCH
-		 * says stream). */
-		if (c->gpu_launch != PDMA_INGEST_LAUNCH_DEFAULT) {
-			ret = ing->gops.set_launch(ing->gdfr, c->gpu_launch == PDMA_INGEST_LAUNCH_GRAPH
-									  ? PDMA_GPU_LAUNCH_GRAPH
-									  : PDMA_GPU_LAUNCH_STREAM);
+		 * says otherwise) for zero-copy, stream launch for host-staged:
+		 * there graph replay measured slower (bench_ingest (e), H100,
+		 * small batches 0.8-1.06x: its host-to-device memcpy nodes),
+		 * while zero-copy gained (1.0-1.2x; bench/ingest/NOTES.md). */
+		enum pdma_ingest_launch l = c->gpu_launch;
+		const char *env = getenv("PEERDMA_GPU_LAUNCH");
+		if (l == PDMA_INGEST_LAUNCH_DEFAULT && c->path == PDMA_RX_HOST_STAGED && !(env && *env))
+			l = PDMA_INGEST_LAUNCH_STREAM;
+		if (l != PDMA_INGEST_LAUNCH_DEFAULT) {
+			ret = ing->gops.set_launch(ing->gdfr, l == PDMA_INGEST_LAUNCH_GRAPH ? PDMA_GPU_LAUNCH_GRAPH
+											    : PDMA_GPU_LAUNCH_STREAM);
 			if (ret)
 				goto err;
 		}
@@ -288,11 +294,9 @@ static void *rx_main(void *arg)
 		for (int i = 0; i < got; i++) {
 			uint8_t *slot = (uint8_t *)iov[i].iov_base - PDMA_SLOT_HDR;
 			struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)slot;
-			h->len = msg[i].msg_len;
-			h->flags = (msg[i].msg_hdr.msg_flags & MSG_TRUNC) ? PDMA_SLOT_TRUNC : 0;
-			h->rx_seq = seq++;
+			pdma_slot_finish(slot, msg[i].msg_len, msg[i].msg_hdr.msg_flags & MSG_TRUNC, (uint32_t)seq++);
 			bytes += msg[i].msg_len;
-			if (h->flags)
+			if (h->flags & PDMA_SLOT_TRUNC)
 				atomic_fetch_add_explicit(&t->st.truncated, 1, memory_order_relaxed);
 			if (direct) {
 				/* The device writes the slot into GPU memory by key:

@@ -62,7 +62,7 @@ static int copy_kind(const char *item)
 		{ "copy", PDMA_GPU_COPY_KERNEL }, { "simple", PDMA_GPU_COPY_SIMPLE },
 		{ "skel1", PDMA_GPU_COPY_SKEL1 }, { "skel4", PDMA_GPU_COPY_SKEL4 },
 		{ "hdr", PDMA_GPU_COPY_HDR },     { "touch", PDMA_GPU_COPY_TOUCH },
-		{ "touchp", PDMA_GPU_COPY_TOUCHP }, { "hdrd", PDMA_GPU_COPY_HDRD },
+		{ "touchp", PDMA_GPU_COPY_TOUCHP }, { "cpass", PDMA_GPU_COPY_CPASS },
 	};
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
 		if (!strcmp(item, k[i].name))
@@ -102,7 +102,7 @@ static int make_ring(struct pdma_ring *r, uint32_t pkt, size_t target_bytes, uin
 			pdma_gen_close(gen);
 			return len < 0 ? len : -EIO;
 		}
-		((struct pdma_slot_hdr *)s)->len = (uint32_t)len;
+		pdma_slot_finish(s, (uint32_t)len, 0, i); /* as a receive thread does */
 	}
 	pdma_gen_close(gen);
 	*n_out = n;
@@ -403,7 +403,7 @@ static void part_x(struct ctx *x)
 	static const uint32_t def[] = { 1024, 1500, 8192 };
 	static const char *items[] = { "d2d", "copy", "simple", "skel1", "skel4", "v5", "v5cs", "v5b4",
 				       "v5na", "v6", "v6b4", "v7s", "v7", "v7b4", "tma", "v6tma", "v8tp", "v9",
-				       "v9u8", "v10", "v11", "auto", "v14", "v14b5", "hdr", "hdrd", "touch", "touchp" };
+				       "v9u8", "v10", "v11", "auto", "hdr", "cpass", "touch", "touchp" };
 	const size_t nitems = sizeof(items) / sizeof(items[0]);
 	uint32_t sizes[8];
 	size_t nsizes = size_list(x, def, sizeof(def) / sizeof(def[0]), sizes);

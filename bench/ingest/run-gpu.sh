@@ -8,7 +8,7 @@
 #     over 1 KiB / 1500 B / 8 KiB packets; everything after it runs the
 #     default kernel (auto), or $KERNEL when set (PEERDMA_DFR_KERNEL);
 #  2. ctest -L gpu -V of BUILD (test_deframer, test_cuda, test_cuda_cudart,
-#     test_mr_cuda);
+#     test_mr_cuda), and test_ingest_loopback_mt (its GPU-path branches);
 #  3. bench_ingest (a)-(e);
 #  4. gen -> ingest end to end through the GPU paths;
 #  5. an Nsight Compute profile (DRAM bytes) of the deframer at 1 KiB;
@@ -33,7 +33,7 @@ try:
     x = {r["item"]: r["gbps"] for r in json.load(open(sys.argv[1]))["x_variants"]}
     d = x["d2d"]; best, score = "v5", 0
     for k, v in x.items():
-        if k in ("d2d", "copy", "simple", "skel1", "skel4", "hdr", "touch", "touchp"):
+        if k in ("d2d", "copy", "simple", "skel1", "skel4", "hdr", "cpass", "touch", "touchp"):
             continue
         s = [v[z] / d[z] for z in ("1024", "1500", "8192") if z in v and z in d]
         if len(s) == 3 and sum(s) / 3 > score:
@@ -48,13 +48,15 @@ best=${KERNEL:-auto}
 export PEERDMA_DFR_KERNEL=$best
 echo "kernel used from here on: $best"
 
-echo "=== 2. ctest -L gpu"
+echo "=== 2. ctest -L gpu, test_ingest_loopback_mt"
 . "$src/tests/gpu/ctest-dir.sh"
 bdir=$(ctest_dir "$B" "$src")
 {
 	echo "# $(date -u '+%F %T UTC') $(uname -r) PEERDMA_DFR_KERNEL=$best"
 	nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total --format=csv,noheader
 	(cd "$bdir" && ctest -L gpu -V --timeout 300)
+	# ingest's sessions on the GPU paths (their GPU branches run only here)
+	(cd "$bdir" && ctest -R test_ingest_loopback_mt -V --timeout 300)
 } >"$OUT/gpu-tests.log" 2>&1
 grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/gpu-tests.log" | tail -8
 

@@ -15,8 +15,8 @@
  * launched on streams or replayed as a CUDA graph (gpu.h: launch modes).
  * Kernel variants (gpu.h) are template instances of one kernel, or of two
  * (the two-pass variants: header pass, then copy pass); the default (auto)
- * runs the two-pass v11 for payloads from 768 bytes and the one-pass v7s
- * (parser scratch in shared memory) below.
+ * runs the two-pass v11 once a payload length is known and the one-pass v7s
+ * (parser scratch in shared memory) before.
  *
  * Built by nvcc into libpeerdma_vrt_cuda.so (ingest/cuda/CMakeLists.txt) and
  * loaded with dlopen() by ingest/gpu_loader.c only on machines with a GPU.
@@ -74,13 +74,9 @@ struct pdma_gpu_dfr {
 	uint32_t tpmin;             /* v10: fewest packets per sub-batch (TP_MINSUB) */
 	uint32_t *hint_h, *hint_d;  /* v11, auto: longest payload seen (mapped host word; 0 unknown) */
 	uint32_t *d_pmax;           /* ... its device-side maximum */
-	uint32_t auto_min;          /* auto: v11 from payloads this long (AUTO_MIN_PAYLOAD) */
-	unsigned long long *v14undo[2]; /* v14, per stream s[i], tpcap entries: undo, bad, scratch descriptors */
-	uint32_t *v14bad[2];
-	struct pdma_dfr_desc *v14desc[2];
-	size_t v14cap[2];
-	uint32_t *v14ctl;           /* [0..3] v14_args.ctl per stream, [4..5] v14_args.nodefer */
-	cudaEvent_t evk[2];         /* v14: kernel k done, kernel k + 1 waits (staged) */
+	uint32_t auto_min;          /* auto: v11 once the longest payload seen is this long (AUTO_MIN_PAYLOAD) */
+	int tp_part;                /* probe (bench_copy CPASS): 1 header pass only, 2 copy pass only */
+	uint64_t topo;              /* graph capture: the launch topology launch() chose, folded per call */
 	struct {                    /* registered host ranges and their device aliases */
 		const uint8_t *p, *d;
 		size_t n;
@@ -174,27 +170,6 @@ __device__ __forceinline__ static uint32_t windows16(uintptr_t a, uint32_t len)
 	return (uint32_t)(((a + len + 15) >> 4) - (a >> 4));
 }
 
-/* v14 (deferred trailer): what its header and copy passes share. The header
- * pass decides a fast-path packet of a known stream from the slot's prefix
- * alone and claims its output position; the trailer, the one field outside
- * the prefix, is checked by the copy pass, which reads the bytes next to it
- * anyway. A claim whose trailer then fails is undone before the copy pass
- * ends (v14_repair). Per deframer and stream: ctl[0] failed trailers this
- * launch, ctl[1] copy blocks finished; per deframer: nodefer[0] turns
- * deferral off (sticky until the tables are reset; see v14_repair),
- * nodefer[1] counts repaired packets. */
-struct v14_args {
-	unsigned long long *undo; /* [n] the tag a deferred claim replaced */
-	uint32_t *bad;            /* [n] packets whose deferred trailer failed */
-	uint32_t *ctl;            /* [2], see above */
-	uint32_t *nodefer;
-	struct pdma_dfr_desc *desc; /* the batch's descriptors (scratch when none wanted) */
-	struct pdma_dfr_config c;
-	struct pdma_dfr_tables t;
-};
-
-#define WL_DEFER 0x80000000u /* work-list source offset: trailer not yet checked */
-
 /* Header stage of one packet, run by one lane: validate, find the stream
  * (shared-memory copy of the table first; global compare-and-swap only when a
  * stream is first seen), check the payload size, and claim the output
@@ -202,50 +177,16 @@ struct v14_args {
  * FAST: pp, when given, is the slot's prefix (pdma_dfr_prefix, loaded by the
  * caller), and pdma_dfr_header_fast() runs first; the general path, out of
  * line, only for what it declines or when there is no prefix. */
-template <bool SV, bool FAST, bool DEFER = false>
+template <bool SV, bool FAST>
 __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
 			       unsigned long long *s_keys, uint32_t *s_plen, uint32_t ncache,
 			       const uint8_t *slot, uint32_t slot_size, struct pdma_dfr_desc &d,
 			       uint32_t &off, uint32_t &len, unsigned long long &dst, struct vrt_scratch *sv,
-			       uint32_t *pmax, uint32_t *hhint, const struct pdma_dfr_pre *pp = nullptr,
-			       uint32_t stride = 0, unsigned long long *undo = nullptr)
+			       uint32_t *pmax, uint32_t *hhint, const struct pdma_dfr_pre *pp = nullptr)
 {
 	struct pdma_dfr_pkt r;
 	int st = PDMA_DFR_ST_DATA;
 	bool done = false;
-	if constexpr (DEFER) {
-		/* v14: a fast-path packet with a trailer, of a stream this block
-		 * has cached with the same payload length, is decided without
-		 * its trailer (*undo set: the copy pass checks it). Everything
-		 * else below changes tables (a new stream, a payload length) or
-		 * copies here, so it reads the trailer first, as v11 does. */
-		uint32_t tro = 0;
-		if (undo && pp && pdma_dfr_header_fast_nt(&c, slot_size, pp, &d, &r, &tro) && tro) {
-			const int k = cache_find(s_keys, ncache, (1ull << 32) | d.stream_id);
-			const size_t pos = (size_t)(r.pkt % c.out_pkts);
-			const unsigned long long o = out_off(c, (uint32_t)k, pos, r.payload_len);
-			if (k >= 0 && s_plen[k] == r.payload_len &&
-			    windows16((uintptr_t)(t.out + o), r.payload_len) <= stride) {
-				d.stream = (uint16_t)k;
-				unsigned long long *tag = (unsigned long long *)&t.tags[(size_t)k * c.out_pkts + pos];
-				const unsigned long long was = atomicMax(tag, (unsigned long long)(r.pkt + 1));
-				if (was >= r.pkt + 1) {
-					/* Lost: nothing changed; its own verdict needs
-					 * its trailer, now. */
-					if (pdma_vrt_trailer_ok(pdma_vrt_get32(slot + tro)))
-						return PDMA_DFR_ST_DATA_OLD;
-					const struct dfr_hres h = dfr_header_slow(c, slot, slot_size);
-					d = h.d;
-					return h.st;
-				}
-				*undo = was;
-				off = (PDMA_SLOT_HDR + r.payload_off) | WL_DEFER;
-				len = r.payload_len;
-				dst = o;
-				return PDMA_DFR_ST_DATA;
-			}
-		}
-	}
 	if constexpr (FAST)
 		done = pp && pdma_dfr_header_fast(&c, slot, slot_size, pp, &d, &r);
 	if (!done) {
@@ -298,7 +239,12 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 	}
 	if (cur != r.payload_len)
 		return -PDMA_DFR_E_SIZE_CHANGE;
-	size_t pos = (size_t)(r.pkt % c.out_pkts);
+	uint32_t pr;
+	if (r.pkt < (1ull << 53))
+		pdma_dfr_divmod53(r.pkt, c.out_pkts, &pr); /* no 64-bit division (see there) */
+	else
+		pr = (uint32_t)(r.pkt % c.out_pkts);
+	const size_t pos = pr;
 	unsigned long long *tag = (unsigned long long *)&t.tags[(size_t)idx * c.out_pkts + pos];
 	if (atomicMax(tag, (unsigned long long)(r.pkt + 1)) >= r.pkt + 1)
 		return PDMA_DFR_ST_DATA_OLD; /* duplicate or stale: never overwrites */
@@ -702,20 +648,18 @@ __device__ static void copy_serial(uint8_t *d, const uint8_t *s, uint32_t len)
  * maximum *pmax and writes the result to the host's hint word (*hhint, mapped
  * host memory), so the next launch's stride covers it. The copy pass never
  * depends on the hint being right, only its width does. */
-/* DEFER (v14, FAST only): dfr_lane's deferred trailer; descriptors always
- * go to va.desc, which the copy pass's repair reads. */
-template <bool FAST, bool DEFER = false>
+template <bool FAST>
 __global__ void __launch_bounds__(256)
 	dfr_tp_hdr(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
 		   uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl, uint32_t seq,
-		   uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint, struct v14_args va)
+		   uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint)
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
 	/* The fast path needs no parser scratch (its fallback keeps a frame of
 	 * its own): 38 KiB less shared memory per block, more resident blocks. */
 	__shared__ struct vrt_scratch s_v[FAST ? 1 : 256];
-	__shared__ uint32_t s_red[3];
+	__shared__ uint32_t s_red[2];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	/* The copy pass (launched with programmatic stream serialization) may
 	 * start its blocks once every block here has begun; they wait in
@@ -727,13 +671,14 @@ __global__ void __launch_bounds__(256)
 	const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
 	/* FAST: the slot's prefix is loaded before the stream table, so the
 	 * two round trips overlap. */
+	/* Always a valid object, never a pointer chosen at run time: that kept
+	 * it in local memory (a store and a reload per field on the critical
+	 * path). len 0, where there is no prefix, makes the fast path decline. */
 	struct pdma_dfr_pre pre;
-	bool pre_ok = false;
+	pre.len = 0;
 	if constexpr (FAST) {
-		if (i < n && slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15)) {
+		if (i < n && slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
 			pdma_dfr_prefix(slots + (size_t)i * slot_size, &pre);
-			pre_ok = true;
-		}
 	}
 	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
 		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
@@ -741,25 +686,14 @@ __global__ void __launch_bounds__(256)
 	}
 	if (threadIdx.x < 2)
 		s_red[threadIdx.x] = 0;
-	if constexpr (DEFER) {
-		if (threadIdx.x == 0)
-			s_red[2] = *(volatile uint32_t *)va.nodefer;
-	}
 	__syncthreads();
 	uint32_t off = 0, len = 0;
 	unsigned long long dst = 0;
 	if (i < n) {
 		const uint8_t *myslot = slots + (size_t)i * slot_size;
 		struct pdma_dfr_desc d;
-		unsigned long long *undo = nullptr;
-		if constexpr (DEFER) {
-			desc = va.desc;
-			if (!s_red[2])
-				undo = &va.undo[i];
-		}
-		int st = dfr_lane<!FAST, FAST, DEFER>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len,
-						      dst, &s_v[FAST ? 0 : threadIdx.x], pmax, hhint,
-						      pre_ok ? &pre : nullptr, stride, undo);
+		int st = dfr_lane<!FAST, FAST>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
+					       &s_v[FAST ? 0 : threadIdx.x], pmax, hhint, &pre);
 		d.status = (int8_t)st;
 		if (desc)
 			desc[i] = d;
@@ -768,7 +702,6 @@ __global__ void __launch_bounds__(256)
 		uint32_t wlen = len;
 		if constexpr (FAST) {
 			const uintptr_t a = (uintptr_t)(t.out + dst);
-			/* (never a deferred packet: dfr_lane checked its width) */
 			if (len && windows16(a, len) > stride) {
 				copy_serial(t.out + dst, myslot + off, len);
 				wlen = 0;
@@ -884,14 +817,9 @@ __global__ void __launch_bounds__(256)
  * store for a full window, 4-byte or byte stores for the partial first and
  * last windows). The source address is the packet's slot (index * slot size)
  * plus the work list's payload offset. */
-__device__ __noinline__ static void v14_repair(const struct v14_args va, const uint8_t *slots, uint32_t slot_size,
-					       uint32_t n);
-
 /* A copy window's store state between its loads and its store: [lo, hi)
- * bytes stored, source misalignment m, 4-byte stores allowed (w4). Packed
- * into one register when PACK (v14, whose trailer words would otherwise
- * push the copy pass past 40 registers into spills); four for v9 / v11. */
-template <bool PACK> struct win {
+ * bytes stored, source misalignment m, 4-byte stores allowed (w4). */
+struct win {
 	uint32_t l, h, mm, f;
 	__device__ void set(uint32_t lo_, uint32_t hi_, uint32_t m_, bool w4_) { l = lo_; h = hi_; mm = m_; f = w4_; }
 	__device__ uint32_t lo() const { return l; }
@@ -899,26 +827,11 @@ template <bool PACK> struct win {
 	__device__ uint32_t m() const { return mm; }
 	__device__ bool w4() const { return f; }
 };
-template <> struct win<true> {
-	uint32_t v; /* lo 0-4, hi 5-9, m 10-13, w4 14 */
-	__device__ void set(uint32_t lo_, uint32_t hi_, uint32_t m_, bool w4_)
-	{
-		v = lo_ | hi_ << 5 | m_ << 10 | (uint32_t)w4_ << 14;
-	}
-	__device__ uint32_t lo() const { return v & 31u; }
-	__device__ uint32_t hi() const { return (v >> 5) & 31u; }
-	__device__ uint32_t m() const { return (v >> 10) & 15u; }
-	__device__ bool w4() const { return (v >> 14) & 1u; }
-};
 
-/* DEFER (v14): a work-list entry with WL_DEFER has its trailer word (right
- * after the payload, in the sector the last window reads) loaded with the
- * payload; if it fails, the packet stores nothing and its first window's
- * thread lists it for v14_repair, which the last block to end runs. */
-template <int U, int MINB, bool DEFER = false>
+template <int U, int MINB>
 __global__ void __launch_bounds__(256, MINB)
 	dfr_v9_copy(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
-		    uint8_t *out, const uint4 *__restrict__ wl, struct v14_args va)
+		    uint8_t *out, const uint4 *__restrict__ wl)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -936,19 +849,17 @@ __global__ void __launch_bounds__(256, MINB)
 	}
 	uint4 l0[U], l1[U];
 	uintptr_t aw[U];
-	struct win<DEFER> w[U];
-	uint32_t tw[U];
+	struct win w[U];
 #pragma unroll
 	for (int q = 0; q < U; q++) {
 		const uint32_t len = e[q].w;
 		const uintptr_t a = (uintptr_t)(out + (((unsigned long long)e[q].y << 32) | e[q].x));
-		const uintptr_t s = (uintptr_t)(slots + (size_t)p[q] * slot_size + (DEFER ? e[q].z & ~WL_DEFER : e[q].z));
+		const uintptr_t s = (uintptr_t)(slots + (size_t)p[q] * slot_size + e[q].z);
 		const uint32_t nw = windows16(a, len);
 		l0[q] = make_uint4(0, 0, 0, 0);
 		l1[q] = l0[q];
 		aw[q] = (a & ~(uintptr_t)15) + 16u * u[q];
 		uint32_t lo = 0, hi = 0, m = 0; /* bytes [lo, hi) of the window are stored */
-		tw[q] = 0; /* DEFER: the trailer word (0 passes: nothing deferred) */
 		if (len && u[q] < nw) {
 			lo = aw[q] >= a ? 0 : (uint32_t)(a - aw[q]);
 			hi = aw[q] + 16 <= a + len ? 16 : (uint32_t)(a + len - aw[q]);
@@ -959,10 +870,6 @@ __global__ void __launch_bounds__(256, MINB)
 				l0[q] = __ldg((const uint4 *)b0);
 			if (m + hi > 16)
 				l1[q] = __ldg((const uint4 *)b0 + 1);
-			/* Fast-path payloads are whole words after a 7-word
-			 * prologue: the trailer word is aligned. */
-			if (DEFER && (e[q].z & WL_DEFER))
-				tw[q] = __ldg((const uint32_t *)(s + len));
 		}
 		w[q].set(lo, hi, m, ((a | len) & 3) == 0);
 	}
@@ -971,15 +878,6 @@ __global__ void __launch_bounds__(256, MINB)
 		const uint32_t lo = w[q].lo(), hi = w[q].hi(), m = w[q].m();
 		if (hi == 0)
 			continue;
-		if (DEFER && !pdma_vrt_trailer_ok(__byte_perm(tw[q], 0, 0x0123))) {
-			/* Recomputed here (rare) rather than kept live. */
-			const uint32_t k = base + 256u * q, pk = k / stride;
-			if (k - pk * stride == 0) {
-				va.bad[atomicAdd(&va.ctl[0], 1u)] = pk;
-				__threadfence();
-			}
-			continue;
-		}
 		const uint4 r = m ? shift16(l0[q], l1[q], m) : l0[q];
 		if (lo == 0 && hi == 16) {
 			*(uint4 *)aw[q] = r;
@@ -996,109 +894,6 @@ __global__ void __launch_bounds__(256, MINB)
 				if (j >= lo && j < hi)
 					((uint8_t *)aw[q])[j] = (uint8_t)(wd[j >> 2] >> (8 * (j & 3)));
 		}
-	}
-	if constexpr (DEFER) {
-		/* The last block to finish (the others' failed-trailer entries
-		 * visible after their fences) runs v14_repair. Out of line and
-		 * only there, so that no other thread pays for its frame. */
-		__shared__ uint32_t s_last;
-		__syncthreads();
-		if (threadIdx.x == 0) {
-			__threadfence();
-			s_last = atomicAdd(&va.ctl[1], 1u) == gridDim.x - 1;
-		}
-		__syncthreads();
-		if (s_last)
-			v14_repair(va, slots, slot_size, n);
-	}
-}
-
-/* v14's repair, run by the copy pass's last block: undoes what each failed
- * packet B's claim did, exactly as if its trailer had been checked first (the
- * CPU deframer's order, where B never claims):
- * - B's descriptor becomes the general path's (the trailer error);
- * - if a valid duplicate of B in this batch lost to B's claim (status
- *   DATA_OLD, same stream and packet; it checked its own trailer when it
- *   lost), the first of them in ring order is placed instead: its payload
- *   copied, its status DATA; else the tag gets back the value B's claim
- *   replaced (undo[B]; nothing else can have claimed that position in this
- *   batch, whose packets of a stream span fewer than out_pkts positions, and
- *   v14's kernels of different batches never overlap).
- * Bad packets go through in rounds of 256, keyed in a shared hash table by
- * (stream, packet), so a round scans the batch's descriptors once. A batch
- * that needed more than one round stops deferral for this deframer for good
- * (*nodefer), so a source of bad trailers costs at most one such batch; a
- * few bad trailers cost one scan each. nodefer[1] counts the repaired
- * packets (repairs()). The counters are reset for the next launch. */
-#define V14_HASH 512u
-#define V14_ROUND 256u /* bad packets per round: one per thread, hash half full */
-__device__ static uint32_t v14_hash(uint16_t stream, uint64_t pkt)
-{
-	return (uint32_t)((pkt * 0x9e3779b97f4a7c15ull + stream) >> 40) & (V14_HASH - 1);
-}
-
-__device__ __noinline__ static void v14_repair(const struct v14_args va, const uint8_t *slots, uint32_t slot_size,
-					       uint32_t n)
-{
-	__shared__ uint32_t h_b[V14_HASH], h_best[V14_HASH];
-	__threadfence();
-	const uint32_t nb = *(volatile uint32_t *)&va.ctl[0];
-	const struct pdma_dfr_config &c = va.c;
-	for (uint32_t base = 0; base < nb; base += V14_ROUND) {
-		const uint32_t cnt = nb - base < V14_ROUND ? nb - base : V14_ROUND;
-		for (uint32_t k = threadIdx.x; k < V14_HASH; k += blockDim.x)
-			h_b[k] = h_best[k] = UINT32_MAX;
-		__syncthreads();
-		if (threadIdx.x < cnt) {
-			const uint32_t b = *(volatile uint32_t *)&va.bad[base + threadIdx.x];
-			uint32_t h = v14_hash(va.desc[b].stream, va.desc[b].pkt);
-			while (atomicCAS(&h_b[h], UINT32_MAX, b) != UINT32_MAX)
-				h = (h + 1) & (V14_HASH - 1);
-		}
-		__syncthreads();
-		for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
-			const struct pdma_dfr_desc d = va.desc[j];
-			if (d.status != PDMA_DFR_ST_DATA_OLD)
-				continue;
-			for (uint32_t h = v14_hash(d.stream, d.pkt);; h = (h + 1) & (V14_HASH - 1)) {
-				const uint32_t b = h_b[h];
-				if (b == UINT32_MAX)
-					break;
-				if (va.desc[b].stream == d.stream && va.desc[b].pkt == d.pkt) {
-					atomicMin(&h_best[h], j);
-					break;
-				}
-			}
-		}
-		__syncthreads();
-		for (uint32_t k = threadIdx.x; k < V14_HASH; k += blockDim.x) {
-			const uint32_t b = h_b[k], q = h_best[k];
-			if (b == UINT32_MAX)
-				continue;
-			const struct pdma_dfr_desc db = va.desc[b];
-			const size_t pos = (size_t)(db.pkt % c.out_pkts);
-			if (q != UINT32_MAX) {
-				const uint8_t *qs = slots + (size_t)q * slot_size;
-				const struct dfr_hres hq = dfr_header_slow(c, qs, slot_size);
-				copy_serial(va.t.out + out_off(c, db.stream, pos, hq.r.payload_len),
-					    qs + PDMA_SLOT_HDR + hq.r.payload_off, hq.r.payload_len);
-				va.desc[q].status = PDMA_DFR_ST_DATA;
-			} else {
-				va.t.tags[(size_t)db.stream * c.out_pkts + pos] = va.undo[b];
-			}
-			struct dfr_hres hb = dfr_header_slow(c, slots + (size_t)b * slot_size, slot_size);
-			hb.d.status = (int8_t)hb.st;
-			va.desc[b] = hb.d;
-		}
-		__syncthreads();
-	}
-	if (threadIdx.x == 0) {
-		if (nb > V14_ROUND)
-			*va.nodefer = 1;
-		va.nodefer[1] += nb;
-		va.ctl[0] = 0;
-		va.ctl[1] = 0;
-		__threadfence();
 	}
 }
 
@@ -1195,7 +990,6 @@ struct kvar {
 	bool ov;        /* v10: sub-batches, header pass k + 1 overlapping copy pass k */
 	bool dyn;       /* v11, auto: copy stride from the longest payload seen (hint) */
 	bool autosel;   /* auto: v11 when that payload is >= AUTO_MIN_PAYLOAD, else DFR_FALLBACK_KV */
-	bool defer;     /* v14: trailer checked by the copy pass (struct v14_args) */
 };
 
 static const struct kvar KV[] = {
@@ -1218,28 +1012,25 @@ static const struct kvar KV[] = {
 		   false, true },
 	/* 16 */ { "auto", (const void *)dfr_tp_hdr<true>, 3, 0, false, 16, true, (const void *)dfr_v9_copy<2, 6>, 2,
 		   false, true, true },
-	/* 17: v11 with the trailer checked in the copy pass (experimental) */
-	{ "v14", (const void *)dfr_tp_hdr<true, true>, 3, 0, false, 17, true,
-		   (const void *)dfr_v9_copy<2, 6, true>, 2, false, true, false, true },
-	/* 18: v14's copy pass at 5 blocks/SM (48 registers), the other occupancy to measure */
-	{ "v14b5", (const void *)dfr_tp_hdr<true, true>, 3, 0, false, 18, true,
-	  (const void *)dfr_v9_copy<2, 5, true>, 2, false, true, false, true },
 };
 #define NKV (sizeof(KV) / sizeof(KV[0]))
-/* The default: auto (v11 from 768-byte payloads, v7s below), the best ratio
- * to the D2D copy at every packet size on the H100 (bench/ingest/NOTES.md,
- * bench/results/ingest.txt). */
+/* The default: auto (v11 once a payload length is known, v7s before), the
+ * best ratio to the D2D copy at every packet size on the H100 and the H200
+ * (bench/ingest/NOTES.md, bench/results/ingest.txt). */
 #define DFR_DEFAULT_KV 16
+#define DFR_V11_KV 15 /* what auto runs once a payload length is known */
 /* What a two-pass variant falls back to for batches too large for its copy
  * grid (a one-pass variant). */
 #define DFR_FALLBACK_KV 6
-/* auto: the shortest payload (bytes) for which the two-pass v11 runs, on a
- * GPU with the H100's 3.35 TB/s; scaled with the memory bandwidth (the
- * header pass does not get faster with it, so it weighs more on faster
- * memory): measured crossovers 736-992 bytes on the H100, 992-1468 on the
- * H200 (4.9 TB/s: 1128). PEERDMA_DFR_AUTO_MIN overrides it. */
-#define AUTO_MIN_PAYLOAD 768u
-#define AUTO_REF_BW 3.35e12
+/* auto: the shortest payload (bytes) for which the two-pass v11 runs: any,
+ * once one is known. Since its header pass reads the trailer from the slot
+ * header and divides in 32 bits (bench/ingest/NOTES.md, "Version 15"), v11
+ * is ahead of v7s at every packet size from 64 bytes up on the H100 and the
+ * H200 (it was 736-992 bytes of payload on the H100, 992-1468 on the H200).
+ * Before any payload is known v7s runs: v11's copy stride would then come
+ * from the slot geometry (9 KiB slots: ~580 windows a packet).
+ * PEERDMA_DFR_AUTO_MIN overrides it. */
+#define AUTO_MIN_PAYLOAD 1u
 
 /* Launch shape for n packets: packets per warp as many as 32 (the header
  * stage is then shared by a full warp), but few enough that every resident
@@ -1317,6 +1108,23 @@ static int klaunch(struct pdma_gpu_dfr *g, struct kplan *k, cudaStream_t s)
 	return 0;
 }
 
+/* Stream s[si]'s two-pass work list for batches of up to n packets: n + 1
+ * entries (control entry, one per packet), + TP_MAXK - 1 for v10's
+ * sub-batches, each with its own control entry. Graph capture calls it
+ * first: the allocation and its synchronous clear cannot be captured. */
+static int tp_reserve(struct pdma_gpu_dfr *g, int si, uint32_t n)
+{
+	if (g->tpcap[si] >= (size_t)n + TP_MAXK)
+		return 0;
+	cudaFree(g->tpwl[si]);
+	g->tpwl[si] = NULL;
+	g->tpcap[si] = 0;
+	CK(g, cudaMalloc(&g->tpwl[si], ((size_t)n + TP_MAXK) * sizeof(uint4)));
+	CK(g, cudaMemset(g->tpwl[si], 0, ((size_t)n + TP_MAXK) * sizeof(uint4)));
+	g->tpcap[si] = (size_t)n + TP_MAXK;
+	return 0;
+}
+
 /* The two-pass variants (v8tp ... v11, auto): header pass, copy pass, on
  * stream s (its own work list per stream). A batch whose copy grid would pass 2^32 threads
  * takes a one-pass variant (DFR_FALLBACK_KV) instead. */
@@ -1341,44 +1149,14 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	const uint64_t thr = (uint64_t)n * stride;
 	if (thr >= (1ull << 32) - 8192)
 		return 1;
-	/* n + 1 entries (control entry, one per packet), + TP_MAXK - 1 for
-	 * v10's sub-batches, each with its own control entry. */
-	if (g->tpcap[si] < (size_t)n + TP_MAXK) {
-		cudaFree(g->tpwl[si]);
-		g->tpwl[si] = NULL;
-		g->tpcap[si] = 0;
-		CK(g, cudaMalloc(&g->tpwl[si], ((size_t)n + TP_MAXK) * sizeof(uint4)));
-		CK(g, cudaMemset(g->tpwl[si], 0, ((size_t)n + TP_MAXK) * sizeof(uint4)));
-		g->tpcap[si] = (size_t)n + TP_MAXK;
-	}
-	struct v14_args va;
-	memset(&va, 0, sizeof(va));
-	if (kv->defer) {
-		if (g->v14cap[si] < n) {
-			cudaFree(g->v14undo[si]);
-			cudaFree(g->v14bad[si]);
-			cudaFree(g->v14desc[si]);
-			g->v14undo[si] = NULL;
-			g->v14bad[si] = NULL;
-			g->v14desc[si] = NULL;
-			g->v14cap[si] = 0;
-			CK(g, cudaMalloc(&g->v14undo[si], (size_t)n * sizeof(unsigned long long)));
-			CK(g, cudaMalloc(&g->v14bad[si], (size_t)n * sizeof(uint32_t)));
-			CK(g, cudaMalloc(&g->v14desc[si], (size_t)n * sizeof(struct pdma_dfr_desc)));
-			g->v14cap[si] = n;
-		}
-		va.undo = g->v14undo[si];
-		va.bad = g->v14bad[si];
-		va.ctl = g->v14ctl + 2 * si;
-		va.nodefer = g->v14ctl + 4;
-		va.desc = d_desc ? d_desc : g->v14desc[si];
-		va.c = g->c;
-		va.t = g->t;
-	}
+	int ret = tp_reserve(g, si, n);
+	if (ret)
+		return ret;
 	const uint32_t seq = ++g->tpseq ? g->tpseq : ++g->tpseq;
 	uint32_t nk = kv->ov ? n / g->tpmin : 1;
 	if (nk > TP_MAXK)
 		nk = TP_MAXK;
+	g->topo = g->topo * 1000003u + 2u + (nk > 1 ? nk : 1u);
 	if (nk > 1) {
 		/* v10: sub-batch k = packets [k * m, min(n, (k + 1) * m)), m a
 		 * multiple of 256; its work list at wl + k * m + k (own control
@@ -1399,14 +1177,14 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 			uint4 *wk = g->tpwl[si] + o + k;
 			struct pdma_dfr_desc *dk = d_desc ? d_desc + o : NULL;
 			void *ha[] = { &g->c, &g->t, &sl, &slot_size, (void *)&cnt, &dk, &wk, (void *)&seq,
-				       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d, &va };
+				       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d };
 			CK(g, cudaLaunchKernel(kv->fn, dim3((cnt + 255) / 256), dim3(256), ha, 0, s));
 			CK(g, cudaEventRecord(g->evh[si][k], s));
 			CK(g, cudaStreamWaitEvent(g->cs[si], g->evh[si][k], 0));
 			const uint64_t tk = (uint64_t)cnt * stride;
 			const uint4 *wlc = wk;
 			uint8_t *out = g->t.out;
-			void *args[] = { &sl, &slot_size, (void *)&cnt, (void *)&stride, &out, &wlc, &va };
+			void *args[] = { &sl, &slot_size, (void *)&cnt, (void *)&stride, &out, &wlc };
 			CK(g, cudaLaunchKernel(kv->cp, dim3((uint32_t)((tk + 256ull * kv->cu - 1) / (256ull * kv->cu))),
 					       dim3(256), args, 0, g->cs[si]));
 		}
@@ -1417,8 +1195,11 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	{
 		const uint8_t *sl = (const uint8_t *)slots;
 		void *ha[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &g->tpwl[si], (void *)&seq,
-			       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d, &va };
-		CK(g, cudaLaunchKernel(kv->fn, dim3((n + 255) / 256), dim3(256), ha, 0, s));
+			       (void *)&stride, (void *)&hintk, &g->d_pmax, &g->hint_d };
+		if (g->tp_part != 2)
+			CK(g, cudaLaunchKernel(kv->fn, dim3((n + 255) / 256), dim3(256), ha, 0, s));
+		if (g->tp_part == 1)
+			return 0;
 	}
 	/* Programmatic dependent launch: the copy grid's launch overlaps the
 	 * header pass's tail (it waits for its completion on the device). */
@@ -1439,7 +1220,7 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	const uint4 *wl = (const uint4 *)g->tpwl[si];
 	if (kv->cp) {
 		uint8_t *out = g->t.out;
-		void *args[] = { &sl, &slot_size, &n, (void *)&stride, &out, &wl, &va };
+		void *args[] = { &sl, &slot_size, &n, (void *)&stride, &out, &wl };
 		CK(g, cudaLaunchKernelExC(&cfg, kv->cp, args));
 	} else {
 		CK(g, cudaLaunchKernelEx(&cfg, dfr_tp_copy, sl, slot_size, n, g->t.out, wl, seq));
@@ -1463,6 +1244,7 @@ static int launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size,
 			return r;
 		kv = &KV[DFR_FALLBACK_KV]; /* too large for the copy grid */
 	}
+	g->topo = g->topo * 1000003u + 1u;
 	make_kplan(g, kv, slots, slot_size, n, d_desc, on_device, &k);
 	return klaunch(g, &k, s);
 }
@@ -1500,6 +1282,7 @@ struct gent {
 	bool desc;
 	const void *fn;
 	uint64_t stamp;
+	uint64_t topo;        /* captured graphs: the topology launch() chose (pdma_gpu_dfr.topo) */
 	cudaGraphNode_t cp[GMAXC], kn[GMAXC], dn;
 };
 
@@ -1544,25 +1327,47 @@ static void graph_flush(struct pdma_gpu_dfr *g)
 		}                                                                         \
 	} while (0)
 
+/* The cached executable graph of a shape, or NULL; *victim: the entry to
+ * reuse for it (free, else least recently launched). topo is 0 for the
+ * graphs built node by node. */
+static struct gent *gcache_find(struct pdma_gpu_dfr *g, int kind, uint32_t nch, bool desc, const void *fn,
+				uint64_t topo, struct gent **victim)
+{
+	*victim = &g->gc[0];
+	for (int i = 0; i < GCACHE; i++) {
+		struct gent *x = &g->gc[i];
+		if (x->exec && x->kind == kind && x->nch == nch && x->desc == desc && x->fn == fn && x->topo == topo)
+			return x;
+		if (!x->exec || ((*victim)->exec && x->stamp < (*victim)->stamp))
+			*victim = x;
+	}
+	return NULL;
+}
+
+/* A graph could not be built or launched (nothing of the batch was
+ * launched): drop the cache and use stream launch from now on. Returns 1. */
+static int graph_give_up(struct pdma_gpu_dfr *g, cudaGraph_t gr)
+{
+	if (gr)
+		cudaGraphDestroy(gr);
+	cudaGetLastError();
+	graph_flush(g);
+	fprintf(stderr, "gpu deframer: %s; using stream launch from now on\n", g->err);
+	g->launch = PDMA_GPU_LAUNCH_STREAM;
+	return 1;
+}
+
 /* Launches plan b as a graph on s[0]. Returns 0, or 1 when the graph path
  * failed before anything was launched (the caller then uses streams). */
 static int graph_launch(struct pdma_gpu_dfr *g, struct bplan *b)
 {
 	const void *fn = b->k[0].kv->fn;
-	struct gent *e = NULL, *victim = &g->gc[0];
+	struct gent *victim, *e;
 	cudaGraph_t gr = NULL;
 	for (uint32_t k = 1; k < b->nch; k++)
 		if (b->k[k].kv->fn != fn)
 			return 1;
-	for (int i = 0; i < GCACHE; i++) {
-		struct gent *x = &g->gc[i];
-		if (x->exec && x->kind == b->kind && x->nch == b->nch && x->desc == b->desc && x->fn == fn) {
-			e = x;
-			break;
-		}
-		if (!x->exec || (victim->exec && x->stamp < victim->stamp))
-			victim = x;
-	}
+	e = gcache_find(g, b->kind, b->nch, b->desc, fn, 0, &victim);
 	if (e) {
 		cudaError_t u = cudaSuccess;
 		for (uint32_t k = 0; k < b->nch && u == cudaSuccess; k++) {
@@ -1619,20 +1424,92 @@ static int graph_launch(struct pdma_gpu_dfr *g, struct bplan *b)
 		e->nch = b->nch;
 		e->desc = b->desc;
 		e->fn = fn;
+		e->topo = 0;
 	}
 	e->stamp = ++g->gstamp;
 	GCK(cudaGraphLaunch(e->exec, g->s[0]));
 	return 0;
 fail:
-	if (gr)
-		cudaGraphDestroy(gr);
-	cudaGetLastError();
-	graph_flush(g);
-	fprintf(stderr, "gpu deframer: %s; using stream launch from now on\n", g->err);
-	g->launch = PDMA_GPU_LAUNCH_STREAM;
-	return 1;
+	return graph_give_up(g, gr);
+}
+
+/* Graph launch of the two-pass variants, whose batches are shaped on the host
+ * as they are enqueued (copy-pass stride from the longest payload seen, v10's
+ * sub-batches, auto's choice): what the stream path enqueues for the batch
+ * (enqueue(), ending on s[0]) is captured into a graph, the copy pass's
+ * programmatic dependent launch becoming a programmatic edge, and the
+ * executable graph cached for the shape (kind 2 run, 3 staged; chunks;
+ * descriptors; variant) is updated with it (cudaGraphExecUpdate), or
+ * instantiated anew where the driver refuses (another topology, e.g. auto's
+ * first batch, before any payload is known, runs a one-pass kernel; counted in
+ * grebuilds). Nothing runs while capturing: on a capture failure (1
+ * returned) the caller enqueues the batch on streams. The caller allocates
+ * first (tp_reserve, stage and descriptor buffers): no allocation may happen
+ * inside a capture. */
+template <typename F>
+static int capture_launch(struct pdma_gpu_dfr *g, int kind, uint32_t nch, bool desc, F enqueue)
+{
+	const void *fn = g->kv->fn;
+	struct gent *e, *victim;
+	cudaGraph_t gr = NULL;
+	g->topo = 0;
+	GCK(cudaStreamBeginCapture(g->s[0], cudaStreamCaptureModeThreadLocal));
+	{
+		const int ret = enqueue();
+		const cudaError_t ce = cudaStreamEndCapture(g->s[0], &gr);
+		if (ret) {
+			/* last_error() has enqueue's reason. */
+			if (gr)
+				cudaGraphDestroy(gr);
+			cudaGetLastError();
+			return ret;
+		}
+		GCK(ce);
+	}
+	/* The shape includes the topology the capture recorded, so an update
+	 * changes parameters only. */
+	e = gcache_find(g, kind, nch, desc, fn, g->topo, &victim);
+	if (e) {
+		cudaGraphExecUpdateResultInfo info;
+		if (cudaGraphExecUpdate(e->exec, gr, &info) != cudaSuccess) {
+			cudaGetLastError();
+			g->grebuilds++;
+			victim = e;
+			e = NULL;
+		}
+	}
+	if (!e) {
+		e = victim;
+		gent_free(e);
+		GCK(cudaGraphInstantiate(&e->exec, gr, 0));
+		e->kind = kind;
+		e->nch = nch;
+		e->desc = desc;
+		e->fn = fn;
+		e->topo = g->topo;
+	}
+	cudaGraphDestroy(gr);
+	gr = NULL;
+	e->stamp = ++g->gstamp;
+	GCK(cudaGraphLaunch(e->exec, g->s[0]));
+	return 0;
+fail:
+	return graph_give_up(g, gr);
 }
 #undef GCK
+
+/* enqueue_run's stream path (also what graph capture records). */
+static int run_streams(struct pdma_gpu_dfr *g, const void *dp, bool on_device, uint32_t slot_size, uint32_t n,
+		       bool want_desc, size_t doff)
+{
+	int ret = launch(g, dp, slot_size, n, want_desc ? g->d_desc + doff : NULL, on_device, g->s[0]);
+	if (ret)
+		return ret;
+	if (want_desc)
+		CK(g, cudaMemcpyAsync(g->h_desc + doff, g->d_desc + doff, (size_t)n * sizeof(struct pdma_dfr_desc),
+				      cudaMemcpyDeviceToHost, g->s[0]));
+	return 0;
+}
 
 /* Enqueue the deframing of n slots the GPU can address (descriptors to
  * h_desc + doff when want_desc). */
@@ -1641,7 +1518,15 @@ static int enqueue_run(struct pdma_gpu_dfr *g, const void *dp, bool on_device, u
 {
 	if (!n)
 		return 0;
-	if (g->launch == PDMA_GPU_LAUNCH_GRAPH && !g->kv->tp) { /* two-pass variants: streams */
+	if (g->launch == PDMA_GPU_LAUNCH_GRAPH && g->kv->tp) {
+		int ret = tp_reserve(g, 0, n);
+		if (ret)
+			return ret;
+		ret = capture_launch(g, 2, 1, want_desc, [&]() { return run_streams(g, dp, on_device, slot_size, n,
+										     want_desc, doff); });
+		if (ret <= 0)
+			return ret;
+	} else if (g->launch == PDMA_GPU_LAUNCH_GRAPH) {
 		struct bplan b;
 		b.kind = 0;
 		b.nch = 1;
@@ -1654,13 +1539,7 @@ static int enqueue_run(struct pdma_gpu_dfr *g, const void *dp, bool on_device, u
 			return 0;
 		CK(g, cudaStreamSynchronize(g->s[0]));
 	}
-	int ret = launch(g, dp, slot_size, n, want_desc ? g->d_desc + doff : NULL, on_device, g->s[0]);
-	if (ret)
-		return ret;
-	if (want_desc)
-		CK(g, cudaMemcpyAsync(g->h_desc + doff, g->d_desc + doff, (size_t)n * sizeof(struct pdma_dfr_desc),
-				      cudaMemcpyDeviceToHost, g->s[0]));
-	return 0;
+	return run_streams(g, dp, on_device, slot_size, n, want_desc, doff);
 }
 
 static int sync_all(struct pdma_gpu_dfr *g)
@@ -1692,6 +1571,39 @@ static int ensure_stage(struct pdma_gpu_dfr *g, size_t bytes)
  * after copy k), one launch on s[0]. The kernels of different chunks only
  * touch the tables through atomics whose result does not depend on order
  * (newer wins). Descriptors of slot i go to h_desc[doff + i]. */
+/* enqueue_staged's stream path for slots [start, n), per slots a chunk:
+ * chunk k on s[k % 2]; ends on s[0] (s[1] joined) when it copies descriptors
+ * back or when capturing (capture: s[1] also forks from s[0] first, as a
+ * capture must). */
+static int staged_streams(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t n, uint32_t per,
+			  uint32_t start, bool want_desc, size_t doff, bool capture)
+{
+	uint32_t k = 0;
+	if (capture && n - start > per) {
+		CK(g, cudaEventRecord(g->ev[0], g->s[0]));
+		CK(g, cudaStreamWaitEvent(g->s[1], g->ev[0], 0));
+	}
+	for (uint32_t first = start; first < n; first += per, k++) {
+		uint32_t cnt = n - first < per ? n - first : per;
+		cudaStream_t s = g->s[k & 1];
+		CK(g, cudaMemcpyAsync(g->stage[k & 1], (const uint8_t *)host + (size_t)first * slot_size,
+				      (size_t)cnt * slot_size, cudaMemcpyHostToDevice, s));
+		int ret = launch(g, g->stage[k & 1], slot_size, cnt, want_desc ? g->d_desc + doff + first : NULL,
+				 true, s);
+		if (ret)
+			return ret;
+	}
+	if (k >= 2 && (want_desc || capture)) {
+		CK(g, cudaEventRecord(g->ev[1], g->s[1]));
+		CK(g, cudaStreamWaitEvent(g->s[0], g->ev[1], 0));
+	}
+	if (want_desc && n > start)
+		CK(g, cudaMemcpyAsync(g->h_desc + doff + start, g->d_desc + doff + start,
+				      (size_t)(n - start) * sizeof(struct pdma_dfr_desc), cudaMemcpyDeviceToHost,
+				      g->s[0]));
+	return 0;
+}
+
 static int enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t n,
 			  size_t chunk, bool want_desc, size_t doff)
 {
@@ -1701,7 +1613,26 @@ static int enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slo
 		per = 1;
 	if ((ret = ensure_stage(g, (size_t)per * slot_size)))
 		return ret;
-	if (g->launch == PDMA_GPU_LAUNCH_GRAPH && !g->kv->tp) { /* two-pass variants: streams */
+	if (g->launch == PDMA_GPU_LAUNCH_GRAPH && g->kv->tp) {
+		/* Captured in parts of up to GMAXC chunks, as the other graphs. */
+		if ((ret = tp_reserve(g, 0, per)) || (ret = tp_reserve(g, 1, per)))
+			return ret;
+		for (uint32_t first = 0; first < n;) {
+			const uint32_t cnt = n - first < GMAXC * per ? n - first : GMAXC * per;
+			ret = capture_launch(g, 3, (cnt + per - 1) / per, want_desc, [&]() {
+				return staged_streams(g, host, slot_size, first + cnt, per, first, want_desc, doff, true);
+			});
+			if (ret < 0)
+				return ret;
+			if (ret > 0) {
+				start = first; /* nothing of this part ran: streams from here */
+				break;
+			}
+			first += cnt;
+		}
+		if (g->launch == PDMA_GPU_LAUNCH_GRAPH)
+			return 0;
+	} else if (g->launch == PDMA_GPU_LAUNCH_GRAPH) {
 		struct bplan b;
 		uint32_t first = 0;
 		while (first < n) {
@@ -1732,34 +1663,7 @@ static int enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slo
 		if (g->launch == PDMA_GPU_LAUNCH_GRAPH)
 			return 0;
 	}
-	uint32_t k = 0;
-	for (uint32_t first = start; first < n; first += per, k++) {
-		uint32_t cnt = n - first < per ? n - first : per;
-		cudaStream_t s = g->s[k & 1];
-		CK(g, cudaMemcpyAsync(g->stage[k & 1], (const uint8_t *)host + (size_t)first * slot_size,
-				      (size_t)cnt * slot_size, cudaMemcpyHostToDevice, s));
-		/* v14 undoes a failed trailer's claim after the fact, so no other
-		 * kernel may claim in between: its chunks' kernels run in order
-		 * (each chunk's copy still overlaps the previous kernel). */
-		if (g->kv->defer && k > 0)
-			CK(g, cudaStreamWaitEvent(s, g->evk[(k - 1) & 1], 0));
-		ret = launch(g, g->stage[k & 1], slot_size, cnt, want_desc ? g->d_desc + doff + first : NULL,
-			     true, s);
-		if (ret)
-			return ret;
-		if (g->kv->defer)
-			CK(g, cudaEventRecord(g->evk[k & 1], s));
-	}
-	if (want_desc && n > start) {
-		if (k >= 2) {
-			CK(g, cudaEventRecord(g->ev[1], g->s[1]));
-			CK(g, cudaStreamWaitEvent(g->s[0], g->ev[1], 0));
-		}
-		CK(g, cudaMemcpyAsync(g->h_desc + doff + start, g->d_desc + doff + start,
-				      (size_t)(n - start) * sizeof(struct pdma_dfr_desc), cudaMemcpyDeviceToHost,
-				      g->s[0]));
-	}
-	return 0;
+	return staged_streams(g, host, slot_size, n, per, start, want_desc, doff, false);
 }
 
 static int g_reset(struct pdma_gpu_dfr *g)
@@ -1770,7 +1674,6 @@ static int g_reset(struct pdma_gpu_dfr *g)
 	CK(g, cudaMemset(g->t.tags, 0, tags * sizeof(uint64_t)));
 	CK(g, cudaMemset(g->t.out, 0, tags * g->c.max_payload));
 	CK(g, cudaMemset(g->d_pmax, 0, sizeof(uint32_t)));
-	CK(g, cudaMemset(g->v14ctl, 0, 6 * sizeof(uint32_t)));
 	CK(g, cudaDeviceSynchronize());
 	*(volatile uint32_t *)g->hint_h = 0;
 	return 0;
@@ -1789,7 +1692,6 @@ static void g_close(struct pdma_gpu_dfr *g)
 	graph_flush(g);
 	free(g->gc);
 	cudaFree(g->d_pmax);
-	cudaFree(g->v14ctl);
 	if (g->hint_h)
 		cudaFreeHost(g->hint_h);
 	cudaFree(g->t.keys);
@@ -1802,11 +1704,6 @@ static void g_close(struct pdma_gpu_dfr *g)
 	for (int i = 0; i < 2; i++) {
 		cudaFree(g->stage[i]);
 		cudaFree(g->tpwl[i]);
-		cudaFree(g->v14undo[i]);
-		cudaFree(g->v14bad[i]);
-		cudaFree(g->v14desc[i]);
-		if (g->evk[i])
-			cudaEventDestroy(g->evk[i]);
 		if (g->s[i])
 			cudaStreamDestroy(g->s[i]);
 		if (g->ev[i])
@@ -1854,6 +1751,8 @@ static int g_get_launch(struct pdma_gpu_dfr *g)
 
 static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_dfr **out)
 {
+	if (!pdma_dfr_config_ok(c))
+		return -EINVAL;
 	struct pdma_gpu_dfr *g = (struct pdma_gpu_dfr *)calloc(1, sizeof(*g));
 	const char *env;
 	int ret;
@@ -1895,8 +1794,6 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	}
 	OPEN_CK(cudaMalloc(&g->d_pmax, sizeof(uint32_t)));
 	OPEN_CK(cudaMemset(g->d_pmax, 0, sizeof(uint32_t)));
-	OPEN_CK(cudaMalloc(&g->v14ctl, 6 * sizeof(uint32_t)));
-	OPEN_CK(cudaMemset(g->v14ctl, 0, 6 * sizeof(uint32_t)));
 	OPEN_CK(cudaHostAlloc((void **)&g->hint_h, sizeof(uint32_t), cudaHostAllocMapped));
 	*g->hint_h = 0;
 	OPEN_CK(cudaHostGetDevicePointer((void **)&g->hint_d, g->hint_h, 0));
@@ -1907,7 +1804,6 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	for (int i = 0; i < 2; i++) {
 		OPEN_CK(cudaStreamCreateWithFlags(&g->s[i], cudaStreamNonBlocking));
 		OPEN_CK(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
-		OPEN_CK(cudaEventCreateWithFlags(&g->evk[i], cudaEventDisableTiming));
 		OPEN_CK(cudaStreamCreateWithFlags(&g->cs[i], cudaStreamNonBlocking));
 		OPEN_CK(cudaEventCreateWithFlags(&g->evc[i], cudaEventDisableTiming));
 		for (int k = 0; k < TP_MAXK; k++)
@@ -1919,17 +1815,9 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 		else if (strcmp(env, "graph"))
 			fprintf(stderr, "gpu deframer: PEERDMA_GPU_LAUNCH=%s: not stream or graph, ignored\n", env);
 	}
-	{
-		int clk = 0, bus = 0; /* kHz, bits */
-		double bw = 0;
-		if (cudaDeviceGetAttribute(&clk, cudaDevAttrMemoryClockRate, device) == cudaSuccess &&
-		    cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, device) == cudaSuccess)
-			bw = 2.0 * clk * 1e3 * bus / 8;
-		cudaGetLastError();
-		g->auto_min = bw > AUTO_REF_BW ? (uint32_t)(AUTO_MIN_PAYLOAD * bw / AUTO_REF_BW) : AUTO_MIN_PAYLOAD;
-		if ((env = getenv("PEERDMA_DFR_AUTO_MIN")) && *env)
-			g->auto_min = (uint32_t)strtoul(env, NULL, 10);
-	}
+	g->auto_min = AUTO_MIN_PAYLOAD;
+	if ((env = getenv("PEERDMA_DFR_AUTO_MIN")) && *env)
+		g->auto_min = (uint32_t)strtoul(env, NULL, 10);
 	/* PEERDMA_DFR_V10_MIN: v10's fewest packets per sub-batch (tests set it
 	 * low so that their small rings take the sub-batch path). */
 	g->tpmin = TP_MINSUB;
@@ -2194,40 +2082,37 @@ static int g_bench_copy(struct pdma_gpu_dfr *g, int kind, const void *dev_slots,
 		fill(r, sec, 32.0 * (double)n16);
 		return 0;
 	}
-	if (kind == PDMA_GPU_COPY_HDR || kind == PDMA_GPU_COPY_HDRD || kind == PDMA_GPU_COPY_TOUCH ||
-	    kind == PDMA_GPU_COPY_TOUCHP) {
-		const bool hdr = kind == PDMA_GPU_COPY_HDR || kind == PDMA_GPU_COPY_HDRD;
+	if (kind == PDMA_GPU_COPY_CPASS) {
+		/* v11's copy pass alone, in place: its header pass runs before
+		 * the start event (same work list). */
+		const struct kvar *was = g->kv;
+		g->kv = &KV[DFR_V11_KV];
+		ret = timed(g, iters, [&]() {
+			g->tp_part = 1;
+			int e = reset_tags(g, g->s[0]);
+			if (!e)
+				e = launch(g, dev_slots, slot_size, n, NULL, true, g->s[0]);
+			g->tp_part = 2;
+			return e;
+		}, [&]() { return launch(g, dev_slots, slot_size, n, NULL, true, g->s[0]); }, &sec);
+		g->tp_part = 0;
+		g->kv = was;
+		if (ret)
+			return ret;
+		fill(r, sec, bytes);
+		return 0;
+	}
+	if (kind == PDMA_GPU_COPY_HDR || kind == PDMA_GPU_COPY_TOUCH || kind == PDMA_GPU_COPY_TOUCHP) {
+		const bool hdr = kind == PDMA_GPU_COPY_HDR;
 		void *buf;
-		struct v14_args va;
-		memset(&va, 0, sizeof(va));
 		CK(g, cudaMalloc(&buf, ((size_t)n + 1) * sizeof(uint4)));
-		if (kind == PDMA_GPU_COPY_HDRD) {
-			/* v14's header pass: its undo entries and descriptors
-			 * (always written) into scratch; the warm-up launches
-			 * make the streams known, so the timed ones defer. */
-			va.nodefer = g->v14ctl + 4;
-			va.c = g->c;
-			va.t = g->t;
-			if (cudaMalloc(&va.undo, (size_t)n * sizeof(unsigned long long)) != cudaSuccess ||
-			    cudaMalloc(&va.desc, (size_t)n * sizeof(struct pdma_dfr_desc)) != cudaSuccess) {
-				cudaFree(va.undo);
-				cudaFree(buf);
-				snprintf(g->err, sizeof(g->err), "bench_copy: out of device memory");
-				return -ENOMEM;
-			}
-		}
 		const uint32_t blocks = (n + 255) / 256;
 		ret = timed(g, iters, [&]() { return hdr ? reset_tags(g, g->s[0]) : 0; },
 			    [&]() {
 			if (kind == PDMA_GPU_COPY_HDR)
 				dfr_tp_hdr<true><<<blocks, 256, 0, g->s[0]>>>(g->c, g->t, (const uint8_t *)dev_slots,
 									      slot_size, n, NULL, (uint4 *)buf, 1,
-									      ~0u >> 4, ~0u, g->d_pmax, g->hint_d,
-									      v14_args{});
-			else if (kind == PDMA_GPU_COPY_HDRD)
-				dfr_tp_hdr<true, true><<<blocks, 256, 0, g->s[0]>>>(
-					g->c, g->t, (const uint8_t *)dev_slots, slot_size, n, NULL, (uint4 *)buf, 1,
-					~0u >> 4, ~0u, g->d_pmax, g->hint_d, va);
+									      ~0u >> 4, ~0u, g->d_pmax, g->hint_d);
 			else if (kind == PDMA_GPU_COPY_TOUCH)
 				hdr_touch<true><<<blocks, 256, 0, g->s[0]>>>((const uint8_t *)dev_slots, slot_size, n,
 									     (uint32_t *)buf);
@@ -2238,8 +2123,6 @@ static int g_bench_copy(struct pdma_gpu_dfr *g, int kind, const void *dev_slots,
 			return 0;
 		}, &sec);
 		cudaFree(buf);
-		cudaFree(va.undo);
-		cudaFree(va.desc);
 		if (ret)
 			return ret;
 		fill(r, sec, bytes);
@@ -2424,14 +2307,6 @@ static const char *g_last_error(struct pdma_gpu_dfr *g)
 	return g->err;
 }
 
-static int64_t g_repairs(struct pdma_gpu_dfr *g)
-{
-	uint32_t v = 0;
-	CK(g, cudaDeviceSynchronize());
-	CK(g, cudaMemcpy(&v, g->v14ctl + 5, sizeof(v), cudaMemcpyDeviceToHost));
-	return v;
-}
-
 extern "C" __attribute__((visibility("default"))) int pdma_vrt_cuda_api(struct pdma_gpu_ops *ops,
 									  uint32_t version)
 {
@@ -2463,6 +2338,5 @@ extern "C" __attribute__((visibility("default"))) int pdma_vrt_cuda_api(struct p
 	ops->kernel_name = g_kernel_name;
 	ops->bench_copy = g_bench_copy;
 	ops->bench_batches = g_bench_batches;
-	ops->repairs = g_repairs;
 	return 0;
 }

@@ -3,7 +3,8 @@
  * Invariants: no out-of-bounds access (ASan), a parsed packet lies inside the
  * input, rebuilding a parsed packet reproduces its bytes exactly, and the
  * header stage's fast path (pdma_dfr_header_fast) accepts only packets that
- * the general path accepts as data, with the same descriptor and result. */
+ * the general path accepts as data, with the same descriptor and result,
+ * whether the slot header carries the datagram's last word or not. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,23 +54,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		if (st < 0 && -st >= PDMA_DFR_E__MAX)
 			abort();
-		struct pdma_dfr_pre pre;
-		struct pdma_dfr_desc fd;
-		struct pdma_dfr_pkt fr;
-		pdma_dfr_prefix(slot, &pre);
-		if (pdma_dfr_header_fast(&c, slot, sizeof(slot), &pre, &fd, &fr) &&
-		    (st != PDMA_DFR_ST_DATA || fd.pkt != d.pkt || fd.stream_id != d.stream_id ||
-		     fd.stream != d.stream || fd.count != d.count || fr.pkt != r.pkt ||
-		     fr.payload_off != r.payload_off || fr.payload_len != r.payload_len))
-			abort();
-		/* Without the trailer (deferred check): accepted means DATA or a
-		 * trailer error, by the trailer word alone. */
-		uint32_t tr_off;
-		if (pdma_dfr_header_fast_nt(&c, sizeof(slot), &pre, &fd, &fr, &tr_off)) {
-			int tok = !tr_off || pdma_vrt_trailer_ok(pdma_vrt_get32(slot + tr_off));
-			if (st != (tok ? PDMA_DFR_ST_DATA : -PDMA_VRT_E_TRAILER) || fd.stream_id != d.stream_id ||
-			    fd.count != d.count || (tok && (fr.pkt != r.pkt || fr.payload_len != r.payload_len)))
+		/* The fast path from a slot header without and with the
+		 * producer's copy of the last word (PDMA_SLOT_TAIL). */
+		for (int tail = 0; tail < 2; tail++) {
+			struct pdma_dfr_pre pre;
+			struct pdma_dfr_desc fd;
+			struct pdma_dfr_pkt fr;
+			if (tail)
+				pdma_slot_finish(slot, (uint32_t)size, 0, 7);
+			pdma_dfr_prefix(slot, &pre);
+			if (pdma_dfr_header_fast(&c, slot, sizeof(slot), &pre, &fd, &fr) &&
+			    (st != PDMA_DFR_ST_DATA || fd.pkt != d.pkt || fd.stream_id != d.stream_id ||
+			     fd.stream != d.stream || fd.count != d.count || fr.pkt != r.pkt ||
+			     fr.payload_off != r.payload_off || fr.payload_len != r.payload_len))
 				abort();
+			/* Without the trailer: accepted means DATA or a trailer
+			 * error, by the trailer word alone. */
+			uint32_t tr_off;
+			if (pdma_dfr_header_fast_nt(&c, sizeof(slot), &pre, &fd, &fr, &tr_off)) {
+				int tok = !tr_off || pdma_vrt_trailer_ok(pdma_vrt_get32(slot + tr_off));
+				if (st != (tok ? PDMA_DFR_ST_DATA : -PDMA_VRT_E_TRAILER) ||
+				    fd.stream_id != d.stream_id || fd.count != d.count ||
+				    (tok && (fr.pkt != r.pkt || fr.payload_len != r.payload_len)))
+					abort();
+			}
 		}
 	}
 	return 0;

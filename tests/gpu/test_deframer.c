@@ -9,7 +9,9 @@
  * a ring whose payloads all allow 16-byte (and bulk TMA) copies as well as on
  * one whose payloads do not. The rings hold malformed packets, failing
  * trailers among them (alone and beside a valid copy of the same packet),
- * which v14 must undo after claiming. Exits 77 without a CUDA device. */
+ * and slots with and without the receive side's copy of the datagram's last
+ * word (PDMA_SLOT_TAIL), which the fast path trusts (test_slot_tail shows it
+ * does). Exits 77 without a CUDA device. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -95,15 +97,13 @@ static void fill_ring(struct ringref *R, bool aligned)
 		}
 		h->len = (uint32_t)len;
 		h->flags = 0;
-		h->rx_seq = i;
 		i++;
 		assert_true(i < R->ring.nslots);
 	}
 	R->n = (uint32_t)i;
 	/* Failing trailers (an indicator without its enable), alone and next to
-	 * a valid copy of the same packet, before or after it: v14 checks
-	 * trailers after claiming and must undo those claims exactly (put the
-	 * valid copy in place, or give the tag back). */
+	 * a valid copy of the same packet, before or after it: the valid copy
+	 * must win its position whichever comes first. */
 	for (uint64_t k = 50; k + 1 < i; k += 211) {
 		uint8_t *s = pdma_ring_slot(&R->ring, k);
 		const struct pdma_slot_hdr *h = (const struct pdma_slot_hdr *)s;
@@ -124,6 +124,16 @@ static void fill_ring(struct ringref *R, bool aligned)
 		case 2: s[PDMA_SLOT_HDR + 8] = 0xff; break;                    /* class reserved bits */
 		case 3: ((struct pdma_slot_hdr *)s)->flags = PDMA_SLOT_TRUNC; break;
 		}
+	}
+	/* The receive side's slot header, as the datagrams (mutated ones
+	 * included) arrived: with the copy of the last word in two of three
+	 * slots, without it (a producer that cannot keep that promise) in the
+	 * third, so both ways of reading the trailer run. */
+	for (uint64_t k = 0; k < i; k++) {
+		uint8_t *s = pdma_ring_slot(&R->ring, k);
+		const struct pdma_slot_hdr *h = (const struct pdma_slot_hdr *)s;
+		if (k % 3)
+			pdma_slot_finish(s, h->len, h->flags & PDMA_SLOT_TRUNC, (uint32_t)k);
 	}
 	pdma_gen_close(ga);
 	pdma_gen_close(gb);
@@ -401,7 +411,7 @@ static void test_graph_host_staged_aligned(void **state)
 static void test_variants(void **state)
 {
 	static const char *names[] = { "v5", "v5cs", "v5b4", "v5na", "v6", "v6b4", "v7s", "v7", "v7b4",
-				       "tma", "v6tma", "v8tp", "v9", "v9u8", "v10", "v11", "auto", "v14", "v14b5" };
+				       "tma", "v6tma", "v8tp", "v9", "v9u8", "v10", "v11", "auto" };
 	(void)state;
 	char was[16];
 	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
@@ -422,27 +432,10 @@ static void test_variants(void **state)
 			run_batches(rings[r], DIRECT, SMALL, sizeof(SMALL) / sizeof(SMALL[0]), 0);
 			end(PDMA_GPU_LAUNCH_GRAPH);
 			compare(rings[r], "direct, small batches");
-			/* v14 deferred the failing trailers of known streams (every
-			 * batch after the first knows them) and undid their claims. */
-			const int64_t rep = F.ops.repairs(F.g);
-			printf("kernel %s: %lld deferred trailers failed and were undone\n", names[v], (long long)rep);
-			if (!strncmp(names[v], "v14", 3))
-				assert_true(rep > 0);
-			else
-				assert_int_equal(rep, 0);
 		}
 		begin(PDMA_GPU_LAUNCH_STREAM);
 		run_batches(&F.aligned, ZERO_COPY, WHOLE, 1, 0);
 		compare(&F.aligned, "zero-copy");
-		if (!strncmp(names[v], "v14", 3)) {
-			/* Host-staged in 64 KiB chunks: v14 chains the chunks'
-			 * kernels (a repair must not race the next chunk's
-			 * claims); every chunk after the first defers. */
-			begin(PDMA_GPU_LAUNCH_STREAM);
-			run_batches(&F.mixed, STAGED, WHOLE, 1, 64u << 10);
-			compare(&F.mixed, "host-staged, 64 KiB chunks");
-			assert_true(F.ops.repairs(F.g) > 0);
-		}
 	}
 	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
 	assert_int_equal(F.ops.set_kernel(F.g, "nonesuch"), -ENOENT);
@@ -502,6 +495,80 @@ static void test_stride_hint(void **state)
 	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
 }
 
+/* The fast path (v11's header pass) takes a packet's trailer from the slot
+ * header's copy (PDMA_SLOT_TAIL) instead of reading it from the datagram: in
+ * a copy of the aligned ring, every slot carries the copy, and every third
+ * valid trailer is then broken in the datagram only (a producer breaking its
+ * promise). v11 trusts the copy: those packets are DATA, where the CPU
+ * deframer, which reads the bytes, says trailer error. With the flag cleared
+ * on them, the bytes decide on the GPU too. This is what shows the device
+ * reads the copy (in the right byte order), which the speed relies on. */
+static void test_slot_tail(void **state)
+{
+	(void)state;
+	const struct ringref *R = &F.aligned;
+	const uint32_t n = R->n, ss = R->ring.slot_size;
+	uint8_t *h = malloc((size_t)n * ss);
+	uint32_t *broken = calloc(n, sizeof(*broken)), nb = 0;
+	void *dev;
+	char was[16];
+	assert_non_null(h);
+	assert_non_null(broken);
+	memcpy(h, R->ring.base, (size_t)n * ss);
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t *s = h + (size_t)i * ss;
+		struct pdma_slot_hdr *sh = (struct pdma_slot_hdr *)s;
+		pdma_slot_finish(s, sh->len, sh->flags & PDMA_SLOT_TRUNC, i);
+		if (R->cpu_desc[i].status == PDMA_DFR_ST_DATA && (s[PDMA_SLOT_HDR] & 0x04) && i % 3 == 0) {
+			s[PDMA_SLOT_HDR + sh->len - 1] ^= 0x01; /* count without E: fails */
+			broken[nb++] = i;
+		}
+	}
+	assert_true(nb >= 20);
+	assert_int_equal(F.ops.dev_alloc(F.g, (size_t)n * ss, &dev), 0);
+	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
+	assert_int_equal(F.ops.set_kernel(F.g, "v11"), 0);
+	for (int flag = 1; flag >= 0; flag--) {
+		if (!flag)
+			for (uint32_t k = 0; k < nb; k++)
+				((struct pdma_slot_hdr *)(h + (size_t)broken[k] * ss))->flags &= ~PDMA_SLOT_TAIL;
+		assert_int_equal(F.ops.upload(F.g, dev, h, (size_t)n * ss), 0);
+		begin(PDMA_GPU_LAUNCH_STREAM);
+		assert_int_equal(F.ops.run(F.g, dev, ss, n, F.gpu_desc), 0);
+		for (uint32_t k = 0; k < nb; k++) {
+			const struct pdma_dfr_desc *d = &F.gpu_desc[broken[k]];
+			if (flag)
+				assert_true(d->status == PDMA_DFR_ST_DATA || d->status == PDMA_DFR_ST_DATA_OLD);
+			else
+				assert_int_equal(d->status, -PDMA_VRT_E_TRAILER);
+		}
+	}
+	printf("v11: %u packets whose trailer copy passes and whose datagram's trailer fails: DATA with "
+	       "PDMA_SLOT_TAIL, trailer errors without\n", nb);
+	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
+	F.ops.dev_free(F.g, dev);
+	free(broken);
+	free(h);
+}
+
+/* open refuses what the CPU deframer refuses: a configuration whose
+ * arithmetic would divide by zero on the device. */
+static void test_open_config(void **state)
+{
+	(void)state;
+	struct pdma_dfr_config c = F.cfg;
+	struct pdma_gpu_dfr *g = NULL;
+	c.bytes_per_sample = 0;
+	assert_int_equal(F.ops.open(&c, 0, &g), -EINVAL);
+	c = F.cfg;
+	c.out_pkts = 0;
+	assert_int_equal(F.ops.open(&c, 0, &g), -EINVAL);
+	c = F.cfg;
+	c.max_payload = 1022; /* not whole samples */
+	assert_int_equal(F.ops.open(&c, 0, &g), -EINVAL);
+	assert_null(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -515,6 +582,8 @@ int main(void)
 		cmocka_unit_test(test_variants),
 		cmocka_unit_test(test_idempotent),
 		cmocka_unit_test(test_stride_hint),
+		cmocka_unit_test(test_slot_tail),
+		cmocka_unit_test(test_open_config),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

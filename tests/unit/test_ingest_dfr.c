@@ -18,11 +18,8 @@
 static void put_slot(struct pdma_ring *r, uint64_t i, const uint8_t *pkt, uint32_t len)
 {
 	uint8_t *s = pdma_ring_slot(r, i);
-	struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)s;
-	h->len = len;
-	h->flags = 0;
-	h->rx_seq = i;
 	memcpy(s + PDMA_SLOT_HDR, pkt, len);
+	pdma_slot_finish(s, len, 0, (uint32_t)i);
 }
 
 static int data_pkt(uint8_t *b, uint32_t id, uint64_t p, uint32_t spp, uint64_t rate)
@@ -293,7 +290,7 @@ static int fast_vs_general(const struct pdma_dfr_config *c, const uint8_t *slot,
 	uint32_t tr_off = 1;
 	int st = pdma_dfr_header(c, slot, slot_size, &d, &r);
 	pdma_dfr_prefix(slot, &pre);
-	/* Without the trailer (v14's deferred check): what it accepts, the
+	/* Without the trailer (the fast path's first half): what it accepts, the
 	 * general path calls DATA when the trailer passes and a trailer error
 	 * otherwise, with the same packet fields as the fast path. */
 	int nt = pdma_dfr_header_fast_nt(c, slot_size, &pre, &nd, &nr, &tr_off);
@@ -320,6 +317,38 @@ static int fast_vs_general(const struct pdma_dfr_config *c, const uint8_t *slot,
 	assert_int_equal(fr.payload_off, r.payload_off);
 	assert_int_equal(fr.payload_len, r.payload_len);
 	return 1;
+}
+
+/* The fast path's division (double quotient, integer correction) against
+ * 64-bit integer division: at multiples of d and one either side, near 2^53,
+ * for divisors from 1 to 2^32 - 1, and on pseudo-random values. */
+static void test_divmod53(void **state)
+{
+	static const uint32_t ds[] = { 1, 2, 3, 7, 248, 249, 367, 1000, 65537, (1u << 18) - 1, 10000000,
+				       2147483647u, 4294967295u };
+	const uint64_t top = (1ull << 53) - 1;
+	uint64_t x = 88172645463325252ull;
+	(void)state;
+	for (size_t k = 0; k < sizeof(ds) / sizeof(ds[0]); k++) {
+		const uint32_t d = ds[k];
+		uint64_t xs[12] = { 0, 1, d - 1u, d, (uint64_t)d + 1, top, top - 1, top / d * d, top / d * d - 1,
+				    (top / d - 1) * d + 1, (uint64_t)d * 40322u + 247u, (uint64_t)d * 40322u };
+		for (int i = 0; i < 12 + 20000; i++) {
+			uint64_t v;
+			uint32_t r;
+			if (i < 12) {
+				v = xs[i] & top;
+			} else {
+				x ^= x << 13;
+				x ^= x >> 7;
+				x ^= x << 17;
+				v = (x >> (11 + (i & 31))) & top; /* all magnitudes */
+			}
+			const uint64_t q = pdma_dfr_divmod53(v, d, &r);
+			assert_true(q == v / d);
+			assert_int_equal(r, v % d);
+		}
+	}
 }
 
 static void test_header_fast(void **state)
@@ -355,6 +384,10 @@ static void test_header_fast(void **state)
 					continue;
 				}
 				assert_int_equal(fast_vs_general(&c, slot, ss), 1);
+				pdma_slot_finish(slot, (uint32_t)n, 0, 0); /* with the copy of the last word */
+				assert_int_equal(h->flags, PDMA_SLOT_TAIL);
+				assert_int_equal(fast_vs_general(&c, slot, ss), 1);
+				h->flags = 0;
 				data++;
 				/* Malformed or other forms: never the fast path. Each
 				 * mutation is undone before the next. */
@@ -400,8 +433,28 @@ static void test_header_fast(void **state)
 						bool ok = !((t >> 8) & 0xfffu & ~(t >> 20)) &&
 							  ((t & PDMA_VRT_TR_E) || !(t & 0x7fu));
 						assert_int_equal(fast_vs_general(&c, slot, ss), ok);
+						pdma_slot_finish(slot, (uint32_t)n, 0, 0);
+						assert_int_equal(fast_vs_general(&c, slot, ss), ok);
+						h->flags = 0;
 						*tb ^= (uint8_t)(1u << (bit % 8));
 					}
+					/* With PDMA_SLOT_TAIL the fast path takes the
+					 * trailer from the slot header's copy (what the
+					 * GPU's header pass relies on to skip the read):
+					 * a copy that passes is trusted over bytes that
+					 * fail, the producer's promise; without the flag
+					 * the bytes decide. */
+					struct pdma_dfr_pre pre;
+					struct pdma_dfr_desc fd;
+					struct pdma_dfr_pkt fr;
+					pdma_slot_finish(slot, (uint32_t)n, 0, 0);
+					slot[PDMA_SLOT_HDR + n - 1] ^= 0x01;
+					pdma_dfr_prefix(slot, &pre);
+					assert_int_equal(pdma_dfr_header_fast(&c, slot, ss, &pre, &fd, &fr), 1);
+					h->flags = 0;
+					pdma_dfr_prefix(slot, &pre);
+					assert_int_equal(pdma_dfr_header_fast(&c, slot, ss, &pre, &fd, &fr), 0);
+					slot[PDMA_SLOT_HDR + n - 1] ^= 0x01;
 				}
 				assert_int_equal(fast_vs_general(&c, slot, ss), 1);
 			}
@@ -488,6 +541,7 @@ int main(void)
 		cmocka_unit_test(test_malformed_accounting),
 		cmocka_unit_test(test_window),
 		cmocka_unit_test(test_gen),
+		cmocka_unit_test(test_divmod53),
 		cmocka_unit_test(test_header_fast),
 		cmocka_unit_test(test_pcap),
 		cmocka_unit_test(test_ring),

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <jansson.h>
+#include <stdio.h>
 
 #include "demo.h"
 #include "ingest.h"
@@ -25,6 +27,7 @@ static void check(const struct pdma_gen_config *g, struct pdma_ingest_config *ic
 	assert_int_equal(pdma_loopback_run(g, ic, rate, &r), 0);
 	assert_int_equal(r.totals.socket_drops, 0);
 	assert_int_equal(r.totals.ring_overruns, 0);
+	assert_int_equal(r.totals.truncated, 0);
 	for (uint32_t i = 0; i < g->streams; i++) {
 		const struct pdma_loopback_stream *s = &r.s[i];
 		assert_int_equal(s->detected.stream_id, g->stream_id_base + i);
@@ -136,6 +139,7 @@ static void test_loopback_sender_threads(void **state)
 		assert_int_equal(pdma_loopback_run(&g, &ic, 40000, &r[t]), 0);
 		assert_int_equal(r[t].totals.socket_drops, 0);
 		assert_int_equal(r[t].totals.ring_overruns, 0);
+		assert_int_equal(r[t].totals.truncated, 0);
 		assert_true(r[t].match); /* detected == injected, content checked */
 		for (uint32_t i = 0; i < g.streams; i++) {
 			const struct pdma_gen_inject *a = pdma_gen_injected(ref, i), *b = &r[t].s[i].injected;
@@ -232,6 +236,20 @@ static void test_loopback_io_uring(void **state)
 	check(&g, &ic, 50000);
 }
 
+/* The GPU launch mode a session with config ic reports ("graph", "stream"). */
+static const char *launch_of(const struct pdma_ingest_config *ic)
+{
+	static char mode[16];
+	struct pdma_ingest *ing;
+	assert_int_equal(pdma_ingest_open(ic, &ing), 0);
+	json_t *j = pdma_ingest_json(ing, 0);
+	assert_non_null(j);
+	snprintf(mode, sizeof(mode), "%s", json_string_value(json_object_get(j, "gpu_launch")));
+	json_decref(j);
+	pdma_ingest_close(ing);
+	return mode;
+}
+
 static void test_ingest_bad_config(void **state)
 {
 	struct pdma_ingest_config ic;
@@ -250,10 +268,22 @@ static void test_ingest_bad_config(void **state)
 	ic.path = PDMA_RX_HOST_STAGED;
 	ic.port = 0;
 	int r = pdma_ingest_open(&ic, &ing);
-	if (r == 0)
-		pdma_ingest_close(ing); /* a machine with a GPU and the module */
-	else
+	if (r == 0) {
+		/* A machine with a GPU and the module: the default launch mode
+		 * per path (graphs for zero-copy, streams for host-staged, as
+		 * measured), unless the environment or the config says. */
+		pdma_ingest_close(ing);
+		if (!getenv("PEERDMA_GPU_LAUNCH")) {
+			assert_string_equal(launch_of(&ic), "stream");
+			ic.path = PDMA_RX_ZERO_COPY;
+			assert_string_equal(launch_of(&ic), "graph");
+			ic.path = PDMA_RX_HOST_STAGED;
+			ic.gpu_launch = PDMA_INGEST_LAUNCH_GRAPH;
+			assert_string_equal(launch_of(&ic), "graph");
+		}
+	} else {
 		assert_int_equal(r, -ENODEV); /* CI: no CUDA device, module never loaded */
+	}
 	pdma_ingest_config_default(&ic);
 	ic.port = 0;
 	ic.ring_slots = 64;
@@ -262,6 +292,32 @@ static void test_ingest_bad_config(void **state)
 	assert_true(pdma_ingest_port(ing) != 0);
 	assert_int_equal(pdma_ingest_stop(ing), -EINVAL); /* never started */
 	pdma_ingest_close(ing);
+}
+
+/* Datagrams larger than a slot (recvmmsg receive): each counted truncated
+ * exactly once, and none of the ordinary ones elsewhere (slot header flags
+ * other than PDMA_SLOT_TRUNC, such as PDMA_SLOT_TAIL, are not truncation). */
+static void test_loopback_truncated(void **state)
+{
+	struct pdma_gen_config g;
+	struct pdma_ingest_config ic;
+	struct pdma_loopback_result r;
+	(void)state;
+	pdma_gen_config_default(&g);
+	g.streams = 2;
+	g.packets = 300;
+	g.packet_size = 512;
+	g.context = false;
+	pdma_ingest_config_default(&ic);
+	ic.ring_slots = 1024;
+	ic.slot_size = 256; /* 220 bytes of datagram room */
+	assert_int_equal(pdma_loopback_run(&g, &ic, 20000, &r), 0);
+	assert_int_equal(r.totals.socket_drops, 0);
+	assert_int_equal(r.totals.ring_overruns, 0);
+	assert_int_equal(r.totals.truncated, 600);
+	assert_int_equal(r.totals.datagrams, 600);
+	assert_int_equal(r.malformed, 600);
+	free(r.s);
 }
 
 static void test_demo(void **state)
@@ -287,6 +343,7 @@ int main(void)
 		cmocka_unit_test(test_loopback_sender_threads),
 		cmocka_unit_test(test_loopback_direct_sim),
 		cmocka_unit_test(test_loopback_io_uring),
+		cmocka_unit_test(test_loopback_truncated),
 		cmocka_unit_test(test_demo),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -121,8 +121,10 @@ static void consume(struct rx *x, uint64_t i, uint32_t k, uint32_t len)
 	uint32_t cap = x->ring.slot_size - PDMA_SLOT_HDR, got = len < cap ? len : cap;
 	uint32_t n;
 	assert_int_equal(h->len, got);
-	assert_int_equal(h->flags, len > cap ? PDMA_SLOT_TRUNC : 0);
-	assert_true(h->rx_seq == i);
+	assert_int_equal(h->flags, len > cap ? PDMA_SLOT_TRUNC : got >= 4 ? PDMA_SLOT_TAIL : 0);
+	assert_true(h->rx_seq == (uint32_t)i);
+	if (h->flags & PDMA_SLOT_TAIL) /* the copy of the datagram's last word */
+		assert_memory_equal(&h->tail, s + PDMA_SLOT_HDR + got - 4, 4);
 	memcpy(&n, s + PDMA_SLOT_HDR, 4);
 	assert_int_equal(n, k);
 	for (uint32_t j = 4; j < got; j++)
