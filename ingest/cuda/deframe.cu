@@ -670,10 +670,10 @@ __global__ void __launch_bounds__(256)
 	const uint32_t ncache = c.max_streams < DFR_CACHE ? c.max_streams : DFR_CACHE;
 	const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
 	/* FAST: the slot's prefix is loaded before the stream table, so the
-	 * two round trips overlap. */
-	/* Always a valid object, never a pointer chosen at run time: that kept
-	 * it in local memory (a store and a reload per field on the critical
-	 * path). len 0, where there is no prefix, makes the fast path decline. */
+	 * two round trips overlap. pre is always a valid object, never a
+	 * pointer chosen at run time (that kept it in local memory: a store and
+	 * a reload per field on the critical path); len 0, where there is no
+	 * prefix, makes the fast path decline. */
 	struct pdma_dfr_pre pre;
 	pre.len = 0;
 	if constexpr (FAST) {
@@ -820,12 +820,8 @@ __global__ void __launch_bounds__(256)
 /* A copy window's store state between its loads and its store: [lo, hi)
  * bytes stored, source misalignment m, 4-byte stores allowed (w4). */
 struct win {
-	uint32_t l, h, mm, f;
-	__device__ void set(uint32_t lo_, uint32_t hi_, uint32_t m_, bool w4_) { l = lo_; h = hi_; mm = m_; f = w4_; }
-	__device__ uint32_t lo() const { return l; }
-	__device__ uint32_t hi() const { return h; }
-	__device__ uint32_t m() const { return mm; }
-	__device__ bool w4() const { return f; }
+	uint32_t lo, hi, m;
+	bool w4;
 };
 
 template <int U, int MINB>
@@ -871,17 +867,17 @@ __global__ void __launch_bounds__(256, MINB)
 			if (m + hi > 16)
 				l1[q] = __ldg((const uint4 *)b0 + 1);
 		}
-		w[q].set(lo, hi, m, ((a | len) & 3) == 0);
+		w[q] = { lo, hi, m, ((a | len) & 3) == 0 };
 	}
 #pragma unroll
 	for (int q = 0; q < U; q++) {
-		const uint32_t lo = w[q].lo(), hi = w[q].hi(), m = w[q].m();
+		const uint32_t lo = w[q].lo, hi = w[q].hi, m = w[q].m;
 		if (hi == 0)
 			continue;
 		const uint4 r = m ? shift16(l0[q], l1[q], m) : l0[q];
 		if (lo == 0 && hi == 16) {
 			*(uint4 *)aw[q] = r;
-		} else if (w[q].w4()) {
+		} else if (w[q].w4) {
 			const uint32_t wd[4] = { r.x, r.y, r.z, r.w };
 #pragma unroll
 			for (uint32_t j = 0; j < 4; j++)
@@ -1563,14 +1559,6 @@ static int ensure_stage(struct pdma_gpu_dfr *g, size_t bytes)
 	return 0;
 }
 
-/* Host-staged: registered host slots copied in chunks (a whole number of
- * slots each) to two device stage buffers and deframed there; chunk k uses
- * stage k % 2, so the copy of one chunk overlaps the kernel of the previous.
- * Stream launch: chunk k on stream k % 2. Graph launch: up to GMAXC chunks
- * per graph with the same dependencies (copy k after kernel k - 2, kernel k
- * after copy k), one launch on s[0]. The kernels of different chunks only
- * touch the tables through atomics whose result does not depend on order
- * (newer wins). Descriptors of slot i go to h_desc[doff + i]. */
 /* enqueue_staged's stream path for slots [start, n), per slots a chunk:
  * chunk k on s[k % 2]; ends on s[0] (s[1] joined) when it copies descriptors
  * back or when capturing (capture: s[1] also forks from s[0] first, as a
@@ -1604,6 +1592,14 @@ static int staged_streams(struct pdma_gpu_dfr *g, const void *host, uint32_t slo
 	return 0;
 }
 
+/* Host-staged: registered host slots copied in chunks (a whole number of
+ * slots each) to two device stage buffers and deframed there; chunk k uses
+ * stage k % 2, so the copy of one chunk overlaps the kernel of the previous.
+ * Stream launch: chunk k on stream k % 2. Graph launch: up to GMAXC chunks
+ * per graph with the same dependencies (copy k after kernel k - 2, kernel k
+ * after copy k), one launch on s[0]. The kernels of different chunks only
+ * touch the tables through atomics whose result does not depend on order
+ * (newer wins). Descriptors of slot i go to h_desc[doff + i]. */
 static int enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t n,
 			  size_t chunk, bool want_desc, size_t doff)
 {
@@ -2103,11 +2099,10 @@ static int g_bench_copy(struct pdma_gpu_dfr *g, int kind, const void *dev_slots,
 		return 0;
 	}
 	if (kind == PDMA_GPU_COPY_HDR || kind == PDMA_GPU_COPY_TOUCH || kind == PDMA_GPU_COPY_TOUCHP) {
-		const bool hdr = kind == PDMA_GPU_COPY_HDR;
 		void *buf;
 		CK(g, cudaMalloc(&buf, ((size_t)n + 1) * sizeof(uint4)));
 		const uint32_t blocks = (n + 255) / 256;
-		ret = timed(g, iters, [&]() { return hdr ? reset_tags(g, g->s[0]) : 0; },
+		ret = timed(g, iters, [&]() { return kind == PDMA_GPU_COPY_HDR ? reset_tags(g, g->s[0]) : 0; },
 			    [&]() {
 			if (kind == PDMA_GPU_COPY_HDR)
 				dfr_tp_hdr<true><<<blocks, 256, 0, g->s[0]>>>(g->c, g->t, (const uint8_t *)dev_slots,
