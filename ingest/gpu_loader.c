@@ -35,25 +35,30 @@ static void *try_open(const char *path)
 
 int pdma_gpu_load(struct pdma_gpu_ops *ops, void **handle)
 {
+	return pdma_gpu_load_module(MODULE, "PEERDMA_VRT_CUDA", ops, handle);
+}
+
+int pdma_gpu_load_module(const char *module, const char *env, struct pdma_gpu_ops *ops, void **handle)
+{
 	char exe[PATH_MAX], path[PATH_MAX + 64];
 	void *h = NULL;
 
 	if (!cuda_device_present())
 		return -ENODEV;
-	h = try_open(getenv("PEERDMA_VRT_CUDA"));
+	h = try_open(getenv(env));
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (!h && n > 0) {
 		exe[n] = 0;
 		char *slash = strrchr(exe, '/');
 		for (int up = 0; !h && slash && up < 3; up++) {
 			*slash = 0;
-			snprintf(path, sizeof(path), "%s/%s", exe, MODULE);
+			snprintf(path, sizeof(path), "%s/%s", exe, module);
 			h = try_open(path);
 			slash = strrchr(exe, '/');
 		}
 	}
 	if (!h)
-		h = try_open(MODULE);
+		h = try_open(module);
 	if (!h)
 		return -ENOENT;
 	pdma_vrt_cuda_api_fn fn = (pdma_vrt_cuda_api_fn)dlsym(h, "pdma_vrt_cuda_api");

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# The GPU half of issue 6 in one call on the GPU machine (device tool), from
-# binaries built on the development machine (nvcc there compiles the module)
-# and carried in DIR with the shared libraries the image lacks (cmocka,
-# jansson, liburing), plus the build tree BUILD for ctest:
-#  1. bench_ingest (x): the deframer's kernel variants next to copies of the
-#     same data volume, and which one has the best mean ratio to the D2D copy
-#     over 1 KiB / 1500 B / 8 KiB packets; everything after it runs the
-#     default kernel (auto), or $KERNEL when set (PEERDMA_DFR_KERNEL);
+# The GPU deframer's tests and benchmarks in one call on the GPU machine
+# (device tool), from binaries built on the development machine (nvcc there
+# compiles the modules) and carried in DIR with the shared libraries the image
+# lacks (cmocka, jansson, liburing), plus the build tree BUILD for ctest:
+#  1. bench_ingest (x): the deframer's kernels (auto, v11, v7s) next to copies
+#     of the same data volume and probes of v11's passes; everything after it
+#     runs the default kernel (auto), or $KERNEL when set (PEERDMA_DFR_KERNEL);
 #  2. ctest -L gpu -V of BUILD (test_deframer, test_cuda, test_cuda_cudart,
 #     test_mr_cuda), and test_ingest_loopback_mt (its GPU-path branches);
 #  3. bench_ingest (a)-(e);
@@ -20,30 +19,16 @@ B=$(readlink -f "${2:-build-vrt}")
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 src=$(readlink -f "$(dirname "$0")/../..")
-export LD_LIBRARY_PATH=$D PEERDMA_VRT_CUDA=$D/libpeerdma_vrt_cuda.so
+# The library's module for the tests and the tool, the benchmarks' module
+# (the same objects plus the measurements) for bench_ingest.
+export LD_LIBRARY_PATH=$D PEERDMA_VRT_CUDA=$D/libpeerdma_vrt_cuda.so \
+	PEERDMA_VRT_CUDA_BENCH=$D/libpeerdma_vrt_cuda_bench.so
 exec > >(tee "$OUT/run.log") 2>&1
 date -u; uname -r
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 
-echo "=== 1. kernel variants (bench_ingest x)"
+echo "=== 1. kernels and copies (bench_ingest x)"
 timeout 150 "$D/bench_ingest" --parts x --sizes 64,256,1024,1500,8192 --json "$OUT/x.json" | tee "$OUT/x.txt"
-best=$(python3 - "$OUT/x.json" <<'PY'
-import json, sys
-try:
-    x = {r["item"]: r["gbps"] for r in json.load(open(sys.argv[1]))["x_variants"]}
-    d = x["d2d"]; best, score = "v5", 0
-    for k, v in x.items():
-        if k in ("d2d", "copy", "simple", "skel1", "skel4", "hdr", "cpass", "touch", "touchp"):
-            continue
-        s = [v[z] / d[z] for z in ("1024", "1500", "8192") if z in v and z in d]
-        if len(s) == 3 and sum(s) / 3 > score:
-            best, score = k, sum(s) / 3
-    print(best)
-except Exception:
-    print("v5")
-PY
-)
-echo "best mean ratio in (x): $best"
 best=${KERNEL:-auto}
 export PEERDMA_DFR_KERNEL=$best
 echo "kernel used from here on: $best"
@@ -82,7 +67,7 @@ grep -E "rc=|gpu_launch|gpu_kernel" "$OUT/e2e.log"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ -n "$NCU" ]; then
 	echo "=== 5. ncu, 1 KiB packets"
-	PEERDMA_BENCH_WARMUP=0 timeout 90 "$NCU" --clock-control none -k 'regex:dfr_kernel|skel_kernel|dfr_tp_hdr|dfr_v9' \
+	PEERDMA_BENCH_WARMUP=0 timeout 90 "$NCU" --clock-control none -k 'regex:dfr_onepass|skel_kernel|dfr_hdr_pass|dfr_copy_pass' \
 		--section MemoryWorkloadAnalysis_Tables \
 		--metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum \
 		"$D/bench_ingest" --parts x --sizes 1024 --iters 1 --x "skel4,v7s,v11" >"$OUT/ncu.txt" 2>&1

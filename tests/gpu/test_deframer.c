@@ -5,9 +5,9 @@
  * ("direct"), zero-copy (mapped pinned host ring) and host-staged (copy
  * engine chunks); with stream launch and with CUDA graph launch (whole rings
  * and small batches of varying size, so graphs are built, replayed with new
- * parameters and evicted); and for every kernel variant the GPU supports, on
- * a ring whose payloads all allow 16-byte (and bulk TMA) copies as well as on
- * one whose payloads do not. The rings hold malformed packets, failing
+ * parameters and evicted); and for each kernel (auto, v11, v7s), on a ring
+ * whose payloads all allow 16-byte copies as well as on one whose payloads do
+ * not. The rings hold malformed packets, failing
  * trailers among them (alone and beside a valid copy of the same packet),
  * and slots with and without the receive side's copy of the datagram's last
  * word (PDMA_SLOT_TAIL), which the fast path trusts (test_slot_tail shows it
@@ -55,7 +55,7 @@ static struct fixture F;
  * then break a few packets in place so malformed handling is compared too.
  * mixed: the second generator's payloads (260 bytes, no trailer) are not a
  * multiple of 16, so groups with them take the 4-byte copy; aligned: 1024-
- * and 256-byte payloads only (16-byte and TMA copies). */
+ * and 256-byte payloads only (16-byte copies). */
 static void fill_ring(struct ringref *R, bool aligned)
 {
 	struct pdma_gen_config a, b;
@@ -406,22 +406,18 @@ static void test_graph_host_staged_aligned(void **state)
 	compare(&F.aligned, "host-staged, 1 MiB chunks");
 }
 
-/* Every kernel variant this GPU runs, both rings, direct (TMA applies) and
- * zero-copy (TMA never reads mapped host memory), graph launch. */
-static void test_variants(void **state)
+/* Every kernel (auto, v11, v7s), both rings, direct (whole ring and small
+ * batches) and zero-copy, graph launch and stream launch. Names that are not
+ * a kernel, the variants measured and removed among them, are refused. */
+static void test_kernels(void **state)
 {
-	static const char *names[] = { "v5", "v5cs", "v5b4", "v5na", "v6", "v6b4", "v7s", "v7", "v7b4",
-				       "tma", "v6tma", "v8tp", "v9", "v9u8", "v10", "v11", "auto" };
+	static const char *names[] = { "v7s", "v11", "auto" };
 	(void)state;
 	char was[16];
 	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
 	for (size_t v = 0; v < sizeof(names) / sizeof(names[0]); v++) {
-		int e = F.ops.set_kernel(F.g, names[v]);
-		if (e == -ENOTSUP) {
-			printf("kernel %s: not on this GPU\n", names[v]);
-			continue;
-		}
-		assert_int_equal(e, 0);
+		assert_int_equal(F.ops.set_kernel(F.g, names[v]), 0);
+		assert_string_equal(F.ops.kernel_name(F.g), names[v]);
 		struct ringref *rings[2] = { &F.mixed, &F.aligned };
 		for (int r = 0; r < 2; r++) {
 			begin(PDMA_GPU_LAUNCH_GRAPH);
@@ -439,6 +435,38 @@ static void test_variants(void **state)
 	}
 	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
 	assert_int_equal(F.ops.set_kernel(F.g, "nonesuch"), -ENOENT);
+	assert_int_equal(F.ops.set_kernel(F.g, "v9"), -ENOENT); /* removed */
+	assert_string_equal(F.ops.kernel_name(F.g), was);
+}
+
+/* PEERDMA_DFR_KERNEL naming a removed variant or no kernel fails the open
+ * (a run never takes another kernel than the one asked for); a kernel's
+ * name is taken. */
+static void test_env_kernel(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *name;
+		int ret;
+	} cases[] = { { "v9", -EINVAL }, { "tma", -EINVAL }, { "nonesuch", -EINVAL }, { "v7s", 0 }, { "v11", 0 } };
+	const char *env = getenv("PEERDMA_DFR_KERNEL");
+	char *saved = env ? strdup(env) : NULL;
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		struct pdma_gpu_dfr *g = NULL;
+		setenv("PEERDMA_DFR_KERNEL", cases[k].name, 1);
+		assert_int_equal(F.ops.open(&F.cfg, 0, &g), cases[k].ret);
+		if (cases[k].ret) {
+			assert_null(g);
+			continue;
+		}
+		assert_string_equal(F.ops.kernel_name(g), cases[k].name);
+		F.ops.close(g);
+	}
+	if (saved)
+		setenv("PEERDMA_DFR_KERNEL", saved, 1);
+	else
+		unsetenv("PEERDMA_DFR_KERNEL");
+	free(saved);
 }
 
 /* Processing the same packets twice changes nothing (newer wins, stale and
@@ -579,7 +607,8 @@ int main(void)
 		cmocka_unit_test(test_graph_zero_copy_batches),
 		cmocka_unit_test(test_graph_host_staged_batches),
 		cmocka_unit_test(test_graph_host_staged_aligned),
-		cmocka_unit_test(test_variants),
+		cmocka_unit_test(test_kernels),
+		cmocka_unit_test(test_env_kernel),
 		cmocka_unit_test(test_idempotent),
 		cmocka_unit_test(test_stride_hint),
 		cmocka_unit_test(test_slot_tail),

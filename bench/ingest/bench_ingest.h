@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/* bench_ingest's parts and what they share (bench_ingest.c: main, rings). */
+#ifndef PDMA_BENCH_INGEST_H
+#define PDMA_BENCH_INGEST_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "gpu.h"
+#include "gpu_bench.h"
+#include "ingest.h"
+
+struct ctx {
+	bool quick;
+	bool gpu;
+	int iters;          /* --iters: timed passes per measurement (0: default) */
+	uint32_t sizes[8];  /* --sizes: packet sizes for (a) and (x) (0-terminated; empty: default) */
+	const char *xlist;  /* --x: items of (x) */
+	const char *rxlist; /* --rx: receive I/O of (c) (default both) */
+	struct pdma_gpu_ops ops;        /* the deframer (the benchmarks' module) */
+	struct pdma_gpu_bench_ops bops; /* its measurements */
+	void *dl;
+	json_t *root;
+};
+
+double now_s(void);
+/* Slot size for packets of pkt bytes (the datagram at PDMA_SLOT_HDR, 64-byte slots). */
+uint32_t slot_for(uint32_t pkt);
+/* n packets of pkt bytes from 4 streams into a host ring (no injection). */
+int make_ring(struct pdma_ring *r, uint32_t pkt, size_t target_bytes, uint32_t *n_out);
+/* A deframer configuration that holds a whole ring of n packets of pkt bytes. */
+void dfr_cfg(struct pdma_dfr_config *c, uint32_t pkt, uint32_t n);
+/* --iters, or 5 with --quick, else full. */
+int iters(const struct ctx *x, int full);
+/* The packet sizes of (a) / (x): --sizes or the defaults. */
+size_t size_list(const struct ctx *x, const uint32_t *def, size_t ndef, uint32_t *out);
+/* Is name one of the comma-separated items of list? */
+bool in_list(const char *list, const char *name);
+
+/* gpu_parts.c: the GPU deframer against its ceilings. */
+void part_a(struct ctx *x);
+void part_b(struct ctx *x);
+void part_e(struct ctx *x);
+void part_x(struct ctx *x);
+/* loopback_parts.c: receive over 127.0.0.1. */
+void part_c(struct ctx *x, json_t **best1);
+void part_d(struct ctx *x, json_t *ours1);
+
+#endif /* PDMA_BENCH_INGEST_H */
