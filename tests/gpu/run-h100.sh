@@ -42,7 +42,7 @@ bdir=$(ctest_dir "$build" "$src")
 } 2>&1 | tee "$out/info.log"
 
 {
-	hook=$build/bench/cuda/libpeerdma_cudart_hook.so
+	hook=$build/libpeerdma_cudart_hook.so
 	lib=$build/libpeerdma.so.0
 	py='import ctypes
 l = ctypes.CDLL(None)
