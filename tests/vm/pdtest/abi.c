@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The ioctl contract: version and caps, the exact errno of every malformed
- * argument.
+ * argument, and the size-versioned structs (include/uapi/peerdma.h, "Growing
+ * the ABI"): newer and older callers.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stddef.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -39,7 +41,8 @@ static void t_version(void)
 	EXPECT_ERR(ioctl(fd, PEERDMA_IOC_VERSION, NULL), EFAULT);
 	EXPECT_ERR(ioctl(fd, PEERDMA_IOC_VERSION, (void *)0xffff888000000000ULL), EFAULT);
 	EXPECT_ERR(ioctl(fd, _IOWR(PEERDMA_IOC_MAGIC, 0x55, struct peerdma_pin), &v), ENOTTY);
-	EXPECT_ERR(ioctl(fd, _IOWR(PEERDMA_IOC_MAGIC, 0x01, uint32_t), &v), ENOTTY);
+	/* a known command whatever its _IOC_SIZE, but that must match the size field */
+	EXPECT_ERR(ioctl(fd, _IOWR(PEERDMA_IOC_MAGIC, 0x01, uint32_t), &v), EINVAL);
 	EXPECT_ERR(ioctl(fd, _IOR(PEERDMA_IOC_MAGIC, 0x00, struct peerdma_version), &v), ENOTTY);
 	close(fd);
 }
@@ -132,8 +135,182 @@ static void t_bad_inputs(void)
 	close(gfd);
 }
 
+/* ioctl number of command @cmd for a caller whose struct has @size bytes */
+static unsigned long cmd_sized(unsigned long cmd, size_t size)
+{
+	return _IOC(_IOC_READ | _IOC_WRITE, PEERDMA_IOC_MAGIC, _IOC_NR(cmd), size);
+}
+
+/* the struct at the end of a page whose successor is PROT_NONE */
+static void *at_guard(char *two_pages, size_t size)
+{
+	return two_pages + PAGE - size;
+}
+
+/*
+ * Size-versioned structs (include/uapi/peerdma.h, "Growing the ABI"): a newer
+ * caller's larger struct, an older caller's smaller one, too small ones.
+ * PEERDMA_IOC_QUERY grew in ABI 1.1 (revoke_reason), so it has both.
+ */
+static void t_abi_grow(void)
+{
+	int fd = pd_open();
+	char *m = map_anon(4 * PAGE);
+	char *g = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct {
+		struct peerdma_query q;
+		uint8_t tail[40];
+	} big;
+	struct {
+		struct peerdma_pin p;
+		uint64_t tail[2];
+	} bigpin;
+	struct peerdma_version v = { .size = sizeof(v) };
+	struct peerdma_query q, *gq;
+	struct peerdma_event ev;
+	uint8_t old[PEERDMA_QUERY_SIZE_VER1];
+	uint64_t h, h2;
+	long live0 = live_pins();
+
+	EXPECT(g != MAP_FAILED);
+	EXPECT_OK(mprotect(g + PAGE, PAGE, PROT_NONE));
+	EXPECT_OK(ioctl(fd, PEERDMA_IOC_VERSION, &v));
+	EXPECT(v.abi_version >= ((1 << 16) | 1));	/* 1.1: size-versioned, revoke_reason */
+	h = pin(fd, PEERDMA_KIND_HOST, 0, (uintptr_t)m, PAGE, NULL);
+	h2 = pin(fd, PEERDMA_KIND_HOST, 0, (uintptr_t)m + 2 * PAGE, 2 * PAGE, NULL);
+	EXPECT(h && h2);
+
+	/* newer caller, zero tail: accepted, results as today's, tail untouched */
+	memset(&big, 0, sizeof(big));
+	big.q.size = sizeof(big);
+	big.q.handle = h;
+	EXPECT_OK(ioctl(fd, cmd_sized(PEERDMA_IOC_QUERY, sizeof(big)), &big));
+	EXPECT_EQ(big.q.size, sizeof(big));
+	EXPECT_EQ(big.q.state, PEERDMA_STATE_LIVE);
+	EXPECT_EQ(big.q.kind, PEERDMA_KIND_HOST);
+	EXPECT_EQ(big.q.pinned_len, PAGE);
+	for (size_t i = 0; i < sizeof(big.tail); i++)
+		if (big.tail[i]) {
+			FAIL("tail byte %zu written: %#x", i, big.tail[i]);
+			break;
+		}
+	/* newer caller using a field this module does not know: E2BIG */
+	big.tail[sizeof(big.tail) - 1] = 1;
+	EXPECT_ERR(ioctl(fd, cmd_sized(PEERDMA_IOC_QUERY, sizeof(big)), &big), E2BIG);
+	big.tail[sizeof(big.tail) - 1] = 0;
+	big.tail[0] = 0x80;
+	EXPECT_ERR(ioctl(fd, cmd_sized(PEERDMA_IOC_QUERY, sizeof(big)), &big), E2BIG);
+	/* the same for a pin: accepted once, refused with a nonzero tail, no pin left */
+	memset(&bigpin, 0, sizeof(bigpin));
+	bigpin.p = pin_req(PEERDMA_KIND_HOST, 0, (uintptr_t)m + PAGE, PAGE);
+	bigpin.p.size = sizeof(bigpin);
+	EXPECT_OK(ioctl(fd, cmd_sized(PEERDMA_IOC_PIN, sizeof(bigpin)), &bigpin));
+	EXPECT(bigpin.p.handle != 0);
+	EXPECT_EQ(bigpin.p.entries, 1);
+	EXPECT_EQ(bigpin.tail[0] | bigpin.tail[1], 0);
+	EXPECT_EQ(live_pins(), live0 + 3);
+	EXPECT_OK(unpin(fd, bigpin.p.handle));
+	bigpin.tail[1] = 1ULL << 63;
+	EXPECT_ERR(ioctl(fd, cmd_sized(PEERDMA_IOC_PIN, sizeof(bigpin)), &bigpin), E2BIG);
+	EXPECT_EQ(live_pins(), live0 + 2);
+	/* the largest size an ioctl number carries, zero tail */
+	{
+		size_t n = (1U << _IOC_SIZEBITS) - 8;
+		char *b = calloc(1, n);
+		struct peerdma_unpin *u = (struct peerdma_unpin *)b;
+
+		u->size = n;
+		u->handle = 424242;
+		EXPECT_ERR(ioctl(fd, cmd_sized(PEERDMA_IOC_UNPIN, n), b), ENOENT);
+		b[n - 1] = 1;
+		EXPECT_ERR(ioctl(fd, cmd_sized(PEERDMA_IOC_UNPIN, n), b), E2BIG);
+		free(b);
+	}
+
+	/*
+	 * older caller (ABI 1.0 query, 64 bytes): accepted and zero-extended. The
+	 * bytes after its struct would be a nonzero pad2 if the module read them,
+	 * and must not be written.
+	 */
+	memset(old, 0xff, sizeof(old));
+	memset(&q, 0, PEERDMA_QUERY_SIZE_VER0);
+	q.size = PEERDMA_QUERY_SIZE_VER0;
+	q.handle = h;
+	memcpy(old, &q, PEERDMA_QUERY_SIZE_VER0);
+	EXPECT_OK(ioctl(fd, cmd_sized(PEERDMA_IOC_QUERY, PEERDMA_QUERY_SIZE_VER0), old));
+	memcpy(&q, old, PEERDMA_QUERY_SIZE_VER0);
+	EXPECT_EQ(q.size, PEERDMA_QUERY_SIZE_VER0);
+	EXPECT_EQ(q.state, PEERDMA_STATE_LIVE);
+	EXPECT_EQ(q.user_data, 0xabc0000 + PEERDMA_KIND_HOST);
+	EXPECT_EQ(q.entries, 1);
+	for (size_t i = PEERDMA_QUERY_SIZE_VER0; i < sizeof(old); i++)
+		if (old[i] != 0xff) {
+			FAIL("byte %zu past the old struct written: %#x", i, old[i]);
+			break;
+		}
+	/* at the very end of the readable memory: nothing past it is touched */
+	gq = at_guard(g, PEERDMA_QUERY_SIZE_VER0);
+	memset(gq, 0, PEERDMA_QUERY_SIZE_VER0);
+	gq->size = PEERDMA_QUERY_SIZE_VER0;
+	gq->handle = h;
+	EXPECT_OK(ioctl(fd, cmd_sized(PEERDMA_IOC_QUERY, PEERDMA_QUERY_SIZE_VER0), gq));
+	EXPECT_EQ(gq->pinned_len, PAGE);
+	/* today's struct at the same place reaches into the guard page */
+	gq->size = sizeof(struct peerdma_query);
+	EXPECT_ERR(ioctl(fd, PEERDMA_IOC_QUERY, gq), EFAULT);
+
+	/* what the grown field adds: the reason of a revocation, for 1.1 callers */
+	EXPECT_OK(munmap(m + 2 * PAGE, PAGE));
+	EXPECT_EQ(read_event(fd, &ev, 2000), 1);
+	EXPECT_EQ(ev.handle, h2);
+	EXPECT_OK(query(fd, h2, &q));
+	EXPECT_EQ(q.state, PEERDMA_STATE_REVOKED);
+	EXPECT_EQ(q.revoke_reason, PEERDMA_EVENT_HOST_INVALIDATE);
+	EXPECT_OK(query(fd, h, &q));
+	EXPECT_EQ(q.revoke_reason, 0);
+	memset(old, 0xff, sizeof(old));
+	memcpy(old, &(struct peerdma_query){ .size = PEERDMA_QUERY_SIZE_VER0, .handle = h2 },
+	       PEERDMA_QUERY_SIZE_VER0);
+	EXPECT_OK(ioctl(fd, cmd_sized(PEERDMA_IOC_QUERY, PEERDMA_QUERY_SIZE_VER0), old));
+	memcpy(&q, old, PEERDMA_QUERY_SIZE_VER0);
+	EXPECT_EQ(q.state, PEERDMA_STATE_REVOKED);
+	EXPECT_EQ(old[offsetof(struct peerdma_query, revoke_reason)], 0xff);
+	/* a 1.1 caller's pad2 must be zero */
+	query(fd, h, &q);
+	q.pad2 = 1;
+	EXPECT_ERR(ioctl(fd, PEERDMA_IOC_QUERY, &q), EINVAL);
+
+	/* too small: below the first published size, or size and _IOC_SIZE differ */
+	memset(&q, 0, sizeof(q));
+	q.handle = h;
+	q.size = PEERDMA_QUERY_SIZE_VER0 - 8;
+	EXPECT_ERR(ioctl(fd, cmd_sized(PEERDMA_IOC_QUERY, q.size), &q), EINVAL);
+	q.size = 8;
+	EXPECT_ERR(ioctl(fd, cmd_sized(PEERDMA_IOC_QUERY, q.size), &q), EINVAL);
+	q.size = 0;
+	EXPECT_ERR(ioctl(fd, cmd_sized(PEERDMA_IOC_QUERY, 0), &q), EINVAL);
+	q.size = PEERDMA_QUERY_SIZE_VER0;
+	EXPECT_ERR(ioctl(fd, PEERDMA_IOC_QUERY, &q), EINVAL);
+	q.size = sizeof(q);
+	EXPECT_ERR(ioctl(fd, cmd_sized(PEERDMA_IOC_QUERY, PEERDMA_QUERY_SIZE_VER0), &q), EINVAL);
+	{
+		struct peerdma_pin p = pin_req(PEERDMA_KIND_HOST, 0, (uintptr_t)m, PAGE);
+
+		p.size = PEERDMA_PIN_SIZE_VER0 - 8;
+		EXPECT_ERR(ioctl(fd, cmd_sized(PEERDMA_IOC_PIN, p.size), &p), EINVAL);
+		v.size = PEERDMA_VERSION_SIZE_VER0 - 4;
+		EXPECT_ERR(ioctl(fd, cmd_sized(PEERDMA_IOC_VERSION, v.size), &v), EINVAL);
+	}
+	EXPECT_EQ(live_pins(), live0 + 1);
+	EXPECT_OK(unpin(fd, h));
+	EXPECT_OK(unpin(fd, h2));
+	close(fd);
+	EXPECT_EQ(live_pins(), live0);
+}
+
 const struct pd_test pd_abi_tests[] = {
 	{ "version", t_version },
 	{ "bad_inputs", t_bad_inputs },
+	{ "abi_grow", t_abi_grow },
 	{ NULL },
 };

@@ -73,6 +73,13 @@ int do_fuzz(int seconds, uint64_t seed)
 			buf[i] = fuzz_value(handles, nh, mem, va);
 		if (op < 60) {
 			cmd = cmds[rnd() % 5];
+			/* other versions of the struct: older, newer (tail random or zero) */
+			if (rnd() % 4 == 0) {
+				cmd = _IOC(_IOC_READ | _IOC_WRITE, PEERDMA_IOC_MAGIC, _IOC_NR(cmd),
+					   8 * (1 + rnd() % 16));
+				if (rnd() % 2)
+					memset((char *)buf + 48, 0, sizeof(buf) - 48);
+			}
 			/* mostly well-formed headers so the checks past them run */
 			if (rnd() % 4) {
 				uint32_t *w = (uint32_t *)buf;

@@ -13,11 +13,11 @@
 #include "harness.h"
 
 /* the ABI as user space sees it (kernel/ioctl.c asserts the same) */
-_Static_assert(sizeof(struct peerdma_version) == 24, "abi");
-_Static_assert(sizeof(struct peerdma_pin) == 72, "abi");
-_Static_assert(sizeof(struct peerdma_unpin) == 16, "abi");
-_Static_assert(sizeof(struct peerdma_query) == 64, "abi");
-_Static_assert(sizeof(struct peerdma_get_pages) == 32, "abi");
+_Static_assert(sizeof(struct peerdma_version) == PEERDMA_VERSION_SIZE_VER0, "abi");
+_Static_assert(sizeof(struct peerdma_pin) == PEERDMA_PIN_SIZE_VER0, "abi");
+_Static_assert(sizeof(struct peerdma_unpin) == PEERDMA_UNPIN_SIZE_VER0, "abi");
+_Static_assert(sizeof(struct peerdma_query) == PEERDMA_QUERY_SIZE_VER1, "abi");
+_Static_assert(sizeof(struct peerdma_get_pages) == PEERDMA_GET_PAGES_SIZE_VER0, "abi");
 _Static_assert(sizeof(struct peerdma_event) == 24, "abi");
 
 int fails;
