@@ -24,7 +24,7 @@ void pdma_event_queue(struct pdma_pin *pin, u32 reason)
 	spin_lock(&f->ev_lock);
 	if (!f->closed && list_empty(&pin->ev_node)) {
 		kref_get(&pin->ref);
-		pin->reason = reason;
+		WRITE_ONCE(pin->reason, reason);	/* QUERY reads it unlocked */
 		list_add_tail(&pin->ev_node, &f->events);
 		queued = true;
 	}

@@ -111,8 +111,6 @@ static int pdma_pin_validate(struct peerdma_pin *req, u64 *start, u64 *end)
 {
 	u64 page, last;
 
-	if (req->size != sizeof(*req))
-		return -EINVAL;
 	if (req->flags & ~PEERDMA_PIN_FLAGS)
 		return -EINVAL;
 	switch (req->kind) {

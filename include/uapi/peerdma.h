@@ -2,10 +2,31 @@
 /*
  * peerdma: the user/kernel contract of /dev/peerdma.
  *
- * Every ioctl argument starts with { __u32 size; __u32 flags; }: size must be
- * the size of the structure this header declares (sizeof), flags must hold only
- * the bits defined for that ioctl, and every field named pad or reserved must be
- * zero. Call PEERDMA_IOC_VERSION first: same ABI major, and check caps.
+ * Every ioctl argument starts with { __u32 size; __u32 flags; }: flags must
+ * hold only the bits defined for that ioctl, and every field named pad or
+ * reserved must be zero. Call PEERDMA_IOC_VERSION first: same ABI major, and
+ * check caps and the minor for what a field added later needs.
+ *
+ * Growing the ABI (since 1.1; a 1.0 module wants exactly its own sizes): the
+ * structs are size-versioned, as those of openat2(2), clone3(2) and
+ * perf_event_open(2). They only ever grow at the end, and a field added later
+ * reads zero as "what the older ABI did". The caller's size travels twice, both
+ * being sizeof of the struct it was compiled against: in the size field and in
+ * _IOC_SIZE of the ioctl number. The module matches a command by its type,
+ * number and direction whatever _IOC_SIZE says, then:
+ *   size != _IOC_SIZE(cmd), or size below PEERDMA_*_SIZE_VER0 (the first
+ *   published size of that struct): EINVAL;
+ *   size above the module's struct (a newer caller): accepted when the bytes
+ *   the module does not know are all zero, else E2BIG (the caller asked for
+ *   something this module cannot do);
+ *   size below the module's struct (an older caller): zero-extended, i.e. the
+ *   fields it does not know read as zero.
+ * Results are copied back only up to the smaller of the two sizes: nothing past
+ * the caller's size is ever read or written. The struct peerdma_event records
+ * of read() keep their 24 bytes. A caller that must also run on a 1.0 module
+ * asks PEERDMA_IOC_VERSION (unchanged since 1.0) and uses the _SIZE_VER0 size
+ * of a struct that grew (with _IOC(_IOC_READ | _IOC_WRITE, PEERDMA_IOC_MAGIC,
+ * nr, size)) when the minor is 0.
  *
  * Handles are bound to the open file that created them and to the process (mm)
  * that opened it: another file, a forked child or a process that received the
@@ -15,11 +36,13 @@
  *   ENOTTY     unknown ioctl number
  *   EFAULT     argument or array pointer not readable/writable; address range
  *              not in user space (kernel address)
- *   EINVAL     size field wrong, unknown flag bit, nonzero pad/reserved, unknown
- *              kind, zero length, misaligned range with PEERDMA_PIN_EXACT, fd
- *              that is not a dma-buf, memory that the provider refuses
+ *   EINVAL     size wrong (see above), unknown flag bit, nonzero pad/reserved,
+ *              unknown kind, zero length, misaligned range with
+ *              PEERDMA_PIN_EXACT, fd that is not a dma-buf, memory that the
+ *              provider refuses
  *   EOVERFLOW  addr + len wraps around
- *   E2BIG      len above PEERDMA_MAX_PIN_LEN
+ *   E2BIG      len above PEERDMA_MAX_PIN_LEN; nonzero bytes past the module's
+ *              struct size
  *   ENOENT     unknown handle (never created by this file, or already unpinned)
  *   ENODEV     handle revoked (pages gone; only UNPIN and QUERY work on it)
  *   EACCES     file used from a process other than the one that opened it
@@ -42,7 +65,7 @@
 #include <linux/types.h>
 
 #define PEERDMA_ABI_MAJOR 1
-#define PEERDMA_ABI_MINOR 0
+#define PEERDMA_ABI_MINOR 1
 #define PEERDMA_ABI_VERSION ((PEERDMA_ABI_MAJOR << 16) | PEERDMA_ABI_MINOR)
 
 #define PEERDMA_DEVICE "/dev/peerdma"
@@ -117,6 +140,9 @@ struct peerdma_query {
 	__u32 entries;
 	__u32 clients;		/* in-kernel client mappings attached */
 	__u32 pad;
+	/* since ABI 1.1 (PEERDMA_QUERY_SIZE_VER1) */
+	__u32 revoke_reason;	/* out: PEERDMA_EVENT_* once the event is queued, else 0 */
+	__u32 pad2;
 };
 
 /* Physical (CPU) addresses of the pinned pages; needs CAP_SYS_RAWIO. */
@@ -140,6 +166,17 @@ struct peerdma_event {
 	__u32 reason;		/* PEERDMA_EVENT_* */
 	__u32 pad;
 };
+
+/*
+ * First published size of each ioctl struct (ABI 1.0), the least a module
+ * accepts, and the size of every later version of a struct that grew.
+ */
+#define PEERDMA_VERSION_SIZE_VER0	24
+#define PEERDMA_PIN_SIZE_VER0		72
+#define PEERDMA_UNPIN_SIZE_VER0		16
+#define PEERDMA_QUERY_SIZE_VER0		64
+#define PEERDMA_QUERY_SIZE_VER1		72	/* + revoke_reason, pad2 */
+#define PEERDMA_GET_PAGES_SIZE_VER0	32
 
 #define PEERDMA_IOC_MAGIC 0xd7
 #define PEERDMA_IOC_VERSION	_IOWR(PEERDMA_IOC_MAGIC, 0x00, struct peerdma_version)
