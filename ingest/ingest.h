@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "deframe.h"
+#include "deframe/deframe.h"
 
 struct pdma_domain;
 struct pdma_mr;

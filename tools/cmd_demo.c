@@ -15,7 +15,7 @@
 #include "peerdma/mr.h"
 #include "peerdma/sim.h"
 #ifdef PDMA_HAVE_INGEST_DEMO
-#include "demo.h"
+#include "loopback/demo.h"
 #endif
 
 #define RW (PDMA_READ | PDMA_WRITE | PDMA_REMOTE_READ | PDMA_REMOTE_WRITE)

@@ -14,7 +14,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
-#include "demo.h"
+#include "loopback/demo.h"
 #include "ingest.h"
 #include "peerdma/mr.h"
 #include "peerdma/sim.h"

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "demo.h"
+#include "loopback/demo.h"
 #include "ingest.h"
 
 int pdma_ingest_demo(FILE *out)
