@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "ingest.h"
+#include "gen/gen.h"
 
 static void usage(FILE *f)
 {

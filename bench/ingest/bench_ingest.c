@@ -29,8 +29,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "deframe/deframe_cpu.h"
+#include "gen/gen.h"
 #include "gpu.h"
 #include "ingest.h"
+#include "loopback/loopback.h"
+#include "rx/ring.h"
 
 static double now_s(void)
 {

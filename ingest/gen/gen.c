@@ -14,7 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ingest.h"
+#include "gen/gen.h"
+#include "peerdma/vrt.h"
 
 #define GEN_OUI 0x7c386cu /* class ID OUI used by the generator (any 24-bit value) */
 #define GEN_BURST 32u     /* datagrams per stream per round-robin turn */

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "loopback/demo.h"
-#include "ingest.h"
+#include "loopback/loopback.h"
 
 int pdma_ingest_demo(FILE *out)
 {
