@@ -49,14 +49,13 @@ uint32_t pdma_dfr_cpu_slot(const struct pdma_dfr_config *c, struct pdma_dfr_tabl
 {
 	struct pdma_dfr_pkt r;
 	int st = pdma_dfr_header(c, slot, slot_size, desc, &r);
-	int idx;
 
 	/* Only valid packets touch the stream table. Malformed ones are
 	 * attributed to a stream by the accounting (by stream ID, in arrival
 	 * order), so the result cannot depend on the order in which a parallel
 	 * deframer sees packets, and garbage cannot claim table entries. */
 	if (st >= 0) {
-		idx = pdma_dfr_lookup_host(c, t->keys, desc->stream_id);
+		int idx = pdma_dfr_lookup_host(c, t->keys, desc->stream_id);
 		if (idx >= 0)
 			desc->stream = (uint16_t)idx;
 		else
