@@ -1,37 +1,33 @@
 // SPDX-License-Identifier: MIT
-/* The receive session: SO_REUSEPORT sockets, one receive thread and one ring
- * each (recvmmsg straight into ring slots, or io_uring: rx_uring.c), and one
- * deframer thread that consumes every ring and accounts per stream. */
-#include <arpa/inet.h>
+/* The receive session: its setup (one socket, ring and receive path per
+ * receive thread), the threads (receive threads running a receive path of
+ * rx/, one deframer thread consuming every ring with the CPU deframer or GPU
+ * batching of deframe/), and the accounting of the whole: totals, progress
+ * lines and the JSON summary. */
 #include <errno.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "gpu.h"
+#include "deframe/gpu_batch.h"
 #include "ingest.h"
 #include "peerdma/mr.h"
-#include "peerdma/sim.h"
-
-#define RX_MAX_BATCH 256
+#include "rx/rx.h"
 
 struct rx_thread {
 	struct pdma_ingest *ing;
 	pthread_t th;
 	int fd;
 	struct pdma_ring ring;
-	void *sim_mem;             /* direct path: ring in simulated GPU memory */
-	uint8_t *bounce;           /* direct path: the NIC's own buffer */
+	struct pdma_rx_sim_dma *dma;  /* direct path: the ring in simulated GPU memory */
+	struct pdma_rx_uring *uring;  /* rx_io io_uring */
 	bool gpu_registered;
-	double last_batch;         /* GPU paths: when the last batch ran */
+	double last_batch;            /* GPU paths: when the last batch ran */
 	struct pdma_rx_stats st;
-	struct pdma_rx_uring *uring; /* rx_io io_uring */
-	double cpu_s;                /* the thread's CPU time (user + system), at its end */
+	double cpu_s;                 /* the thread's CPU time (user + system), at its end */
 	int err;
 };
 
@@ -48,14 +44,7 @@ struct pdma_ingest {
 	bool started;
 	FILE *progress;
 	double t_start;
-	/* GPU paths (host-staged, zero-copy): the module, a deframer on the
-	 * device and the descriptors of one batch. */
-	struct pdma_gpu_ops gops;
-	void *gdl;
-	struct pdma_gpu_dfr *gdfr;
-	struct pdma_dfr_desc *gdesc;
-	size_t chunk;           /* bytes per host-staged copy */
-	int gpu_err;            /* first GPU failure (deframer thread) */
+	struct pdma_gpu_batch *gpu; /* GPU paths (host-staged, zero-copy) */
 };
 
 static double now_s(void)
@@ -79,41 +68,12 @@ void pdma_ingest_config_default(struct pdma_ingest_config *c)
 	pdma_dfr_config_default(&c->dfr);
 }
 
-static int open_socket(const struct pdma_ingest_config *c, uint16_t port, int *fdp)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
-	int one = 1, fd;
-
-	if (inet_pton(AF_INET, c->bind_addr ? c->bind_addr : "127.0.0.1", &a.sin_addr) != 1)
-		return -EINVAL;
-	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-	/* Kernel drop counter in every recvmsg: socket-level loss is counted,
-	 * never silent. */
-	setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
-	/* As root, FORCE lifts the rmem_max cap; otherwise take what we get. */
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &c->rcvbuf, sizeof(c->rcvbuf)) < 0)
-		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &c->rcvbuf, sizeof(c->rcvbuf));
-	/* A short timeout so receive threads notice a stop request. */
-	struct timeval tv = { 0, 20000 };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
-	*fdp = fd;
-	return 0;
-}
-
 int pdma_ingest_open(const struct pdma_ingest_config *c, struct pdma_ingest **out)
 {
 	struct pdma_ingest *ing;
 	int ret;
 
-	if (!c->threads || c->threads > 64 || !c->batch || c->batch > RX_MAX_BATCH ||
+	if (!c->threads || c->threads > 64 || !c->batch || c->batch > PDMA_RX_MAX_BATCH ||
 	    c->slot_size < 64 + PDMA_SLOT_HDR)
 		return -EINVAL;
 	if (c->path == PDMA_RX_DIRECT && (!c->domain || !c->sim))
@@ -136,68 +96,29 @@ int pdma_ingest_open(const struct pdma_ingest_config *c, struct pdma_ingest **ou
 	if (ret)
 		goto err;
 	if (c->path == PDMA_RX_HOST_STAGED || c->path == PDMA_RX_ZERO_COPY) {
-		/* -ENODEV without a GPU, -ENOENT when the module was not built. */
-		ret = pdma_gpu_load(&ing->gops, &ing->gdl);
+		ret = pdma_gpu_batch_open(&ing->gpu, &c->dfr, c->path == PDMA_RX_HOST_STAGED, c->gpu_launch,
+					  c->gpu_chunk, c->ring_slots);
 		if (ret)
 			goto err;
-		ret = ing->gops.open(&c->dfr, 0, &ing->gdfr);
-		if (ret)
-			goto err;
-		/* Default: the module's (graph launch unless PEERDMA_GPU_LAUNCH
-		 * says otherwise) for zero-copy, stream launch for host-staged:
-		 * there graph replay measured slower (bench_ingest (e), H100,
-		 * small batches 0.8-1.06x: its host-to-device memcpy nodes),
-		 * while zero-copy gained (1.0-1.2x; bench/ingest/NOTES.md). */
-		enum pdma_ingest_launch l = c->gpu_launch;
-		const char *env = getenv("PEERDMA_GPU_LAUNCH");
-		if (l == PDMA_INGEST_LAUNCH_DEFAULT && c->path == PDMA_RX_HOST_STAGED && !(env && *env))
-			l = PDMA_INGEST_LAUNCH_STREAM;
-		if (l != PDMA_INGEST_LAUNCH_DEFAULT) {
-			ret = ing->gops.set_launch(ing->gdfr, l == PDMA_INGEST_LAUNCH_GRAPH ? PDMA_GPU_LAUNCH_GRAPH
-											    : PDMA_GPU_LAUNCH_STREAM);
-			if (ret)
-				goto err;
-		}
-		ing->chunk = c->gpu_chunk ? c->gpu_chunk : (4u << 20);
-		ing->gdesc = calloc(c->ring_slots * 2u, sizeof(*ing->gdesc));
-		if (!ing->gdesc) {
-			ret = -ENOMEM;
-			goto err;
-		}
 	}
 	ing->port = c->port;
 	for (uint32_t i = 0; i < ing->nrx; i++) {
 		struct rx_thread *t = &ing->rx[i];
 		t->ing = ing;
-		ret = open_socket(c, ing->port, &t->fd);
+		ret = pdma_rx_socket_open(c->bind_addr, ing->port, c->rcvbuf, &t->fd);
 		if (ret)
 			goto err;
-		if (ing->port == 0) {
-			/* Ephemeral: the first socket picks, the others join it. */
-			struct sockaddr_in a;
-			socklen_t al = sizeof(a);
-			getsockname(t->fd, (struct sockaddr *)&a, &al);
-			ing->port = ntohs(a.sin_port);
-		}
+		if (ing->port == 0) /* ephemeral: the first socket picks, the others join it */
+			ing->port = pdma_rx_socket_port(t->fd);
 		if (c->path == PDMA_RX_DIRECT) {
-			size_t bytes = (size_t)c->ring_slots * ((c->slot_size + 63u) & ~63u);
-			ret = pdma_sim_alloc(c->sim, bytes, &t->sim_mem);
-			if (ret)
-				goto err;
-			ret = pdma_ring_init_external(&t->ring, t->sim_mem, bytes, c->slot_size);
-			if (!ret)
-				ret = pdma_ring_register(&t->ring, c->domain, PDMA_HMEM_SIM);
-			t->bounce = malloc((size_t)c->batch * t->ring.slot_size);
-			if (!ret && !t->bounce)
-				ret = -ENOMEM;
+			ret = pdma_rx_sim_dma_open(&t->dma, c->sim, c->domain, c->ring_slots, c->slot_size,
+						   c->batch, &t->ring);
 		} else {
 			ret = pdma_ring_init(&t->ring, c->ring_slots, c->slot_size);
 			if (!ret && c->domain)
 				ret = pdma_ring_register(&t->ring, c->domain, PDMA_HMEM_SYSTEM);
-			/* The GPU reads the ring (zero-copy) or its copy engine does
-			 * (host-staged): pinned and mapped for the device too. */
-			if (!ret && ing->gdfr) {
-				ret = ing->gops.host_register(ing->gdfr, t->ring.base, t->ring.bytes);
+			if (!ret && ing->gpu) {
+				ret = pdma_gpu_batch_register(ing->gpu, &t->ring);
 				if (!ret)
 					t->gpu_registered = true;
 			}
@@ -224,106 +145,21 @@ void pdma_ingest_set_progress(struct pdma_ingest *ing, FILE *f)
 	ing->progress = f;
 }
 
-static uint32_t cmsg_ovfl(struct msghdr *m)
-{
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
-			uint32_t v;
-			memcpy(&v, CMSG_DATA(c), sizeof(v));
-			return v;
-		}
-	return 0;
-}
-
+/* A receive thread: its receive path fills its ring until stop. */
 static void *rx_main(void *arg)
 {
 	struct rx_thread *t = arg;
 	struct pdma_ingest *ing = t->ing;
-	struct pdma_ring *r = &t->ring;
-	bool direct = ing->c.path == PDMA_RX_DIRECT;
-	uint64_t key = direct ? pdma_mr_key(r->mr) : 0;
-	uint32_t batch = ing->c.batch;
-	struct mmsghdr msg[RX_MAX_BATCH];
-	struct iovec iov[RX_MAX_BATCH];
-	char ctl[RX_MAX_BATCH][CMSG_SPACE(sizeof(uint32_t))];
-	uint64_t seq = 0;
 
-	if (t->uring) {
+	if (t->uring)
 		t->err = pdma_rx_uring_run(t->uring, &ing->stop, &t->st);
-		goto out;
-	}
-	for (;;) {
-		uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-		uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-		uint32_t space = r->nslots - (uint32_t)(head - tail);
-		uint32_t n = space < batch ? space : batch;
-		bool full = n == 0;
-
-		if (full)
-			n = 1; /* into scratch: the datagram is dropped and counted */
-		for (uint32_t i = 0; i < n; i++) {
-			uint8_t *slot = full ? r->scratch
-				      : direct ? t->bounce + (size_t)i * r->slot_size
-					       : pdma_ring_slot(r, head + i);
-			iov[i].iov_base = slot + PDMA_SLOT_HDR;
-			iov[i].iov_len = r->slot_size - PDMA_SLOT_HDR;
-			memset(&msg[i].msg_hdr, 0, sizeof(msg[i].msg_hdr));
-			msg[i].msg_hdr.msg_iov = &iov[i];
-			msg[i].msg_hdr.msg_iovlen = 1;
-			msg[i].msg_hdr.msg_control = ctl[i];
-			msg[i].msg_hdr.msg_controllen = sizeof(ctl[i]);
-		}
-		int got = recvmmsg(t->fd, msg, n, MSG_WAITFORONE, NULL);
-		if (got < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-				if (atomic_load(&ing->stop))
-					break;
-				continue;
-			}
-			t->err = -errno;
-			break;
-		}
-		uint32_t drops = cmsg_ovfl(&msg[got - 1].msg_hdr);
-		if (drops)
-			atomic_store_explicit(&t->st.socket_drops, drops, memory_order_relaxed);
-		if (full) {
-			atomic_fetch_add_explicit(&r->overruns, 1, memory_order_relaxed);
-			continue;
-		}
-		uint64_t bytes = 0;
-		for (int i = 0; i < got; i++) {
-			uint8_t *slot = (uint8_t *)iov[i].iov_base - PDMA_SLOT_HDR;
-			struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)slot;
-			pdma_slot_finish(slot, msg[i].msg_len, msg[i].msg_hdr.msg_flags & MSG_TRUNC, (uint32_t)seq++);
-			bytes += msg[i].msg_len;
-			if (h->flags & PDMA_SLOT_TRUNC)
-				atomic_fetch_add_explicit(&t->st.truncated, 1, memory_order_relaxed);
-			if (direct) {
-				/* The device writes the slot into GPU memory by key:
-				 * what a NIC whose ring lives in GPU pages does. */
-				uint8_t *dst = pdma_ring_slot(r, head + (uint64_t)i);
-				/* msg_len never exceeds the iovec, so this fits the slot. */
-				int e = pdma_sim_dma_write(ing->c.domain, key, (uint64_t)(uintptr_t)dst,
-							   slot, PDMA_SLOT_HDR + (size_t)h->len);
-				if (e) {
-					t->err = e;
-					goto out;
-				}
-			}
-		}
-		atomic_fetch_add_explicit(&t->st.datagrams, (uint64_t)got, memory_order_relaxed);
-		atomic_fetch_add_explicit(&t->st.bytes, bytes, memory_order_relaxed);
-		/* Publish: the slots' contents happen-before the consumer's acquire. */
-		atomic_store_explicit(&r->head, head + (uint64_t)got, memory_order_release);
-	}
-out:
-	{
-		/* Receive cost: the socket's kernel work runs in this thread
-		 * (recvmmsg, and io_uring's poll-driven multishot recvmsg). */
-		struct timespec cpu;
-		if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
-			t->cpu_s = (double)cpu.tv_sec + cpu.tv_nsec * 1e-9;
-	}
+	else
+		t->err = pdma_rx_recvmmsg_run(t->fd, &t->ring, ing->c.batch, t->dma, &ing->stop, &t->st);
+	/* Receive cost: the socket's kernel work runs in this thread
+	 * (recvmmsg, and io_uring's poll-driven multishot recvmsg). */
+	struct timespec cpu;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
+		t->cpu_s = (double)cpu.tv_sec + cpu.tv_nsec * 1e-9;
 	atomic_fetch_sub(&ing->rx_live, 1);
 	return NULL;
 }
@@ -352,39 +188,6 @@ static void progress_line(struct pdma_ingest *ing, double t, uint64_t *last_pk, 
 	*last_t = t;
 }
 
-/* GPU paths: hand a contiguous run of slots to the GPU deframer once a
- * chunk's worth (4 MiB default) is waiting, or whatever is there after 1 ms or
- * at the end, then account its descriptors here in arrival order. */
-static uint32_t gpu_consume(struct pdma_ingest *ing, struct rx_thread *t, uint64_t tail,
-			    uint64_t head, bool flush)
-{
-	struct pdma_ring *r = &t->ring;
-	uint64_t avail = head - tail;
-	double now = now_s();
-	if (!flush && avail * r->slot_size < ing->chunk && now - t->last_batch < 1e-3)
-		return 0;
-	uint32_t first = (uint32_t)(tail & (r->nslots - 1));
-	uint32_t n = (uint32_t)(avail < r->nslots - first ? avail : r->nslots - first);
-	const uint8_t *base = pdma_ring_slot(r, tail);
-	int e = ing->c.path == PDMA_RX_HOST_STAGED
-			? ing->gops.run_staged(ing->gdfr, base, r->slot_size, n, ing->chunk, ing->gdesc)
-			: ing->gops.run(ing->gdfr, base, r->slot_size, n, ing->gdesc);
-	if (e) {
-		/* Count the batch as unattributed malformed rather than lose it
-		 * silently; the error is sticky in the session. */
-		for (uint32_t i = 0; i < n; i++) {
-			ing->gdesc[i] = (struct pdma_dfr_desc){ .stream = PDMA_DFR_NO_STREAM,
-								.status = -PDMA_DFR_E_EMPTY };
-		}
-		if (!ing->gpu_err)
-			ing->gpu_err = e;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		pdma_acct_add(&ing->dfr.acct, &ing->gdesc[i], 0);
-	t->last_batch = now;
-	return n;
-}
-
 static void *dfr_main(void *arg)
 {
 	struct pdma_ingest *ing = arg;
@@ -401,8 +204,9 @@ static void *dfr_main(void *arg)
 			if (head == tail)
 				continue;
 			uint32_t n;
-			if (ing->gdfr) {
-				n = gpu_consume(ing, &ing->rx[i], tail, head, live == 0);
+			if (ing->gpu) {
+				n = pdma_gpu_batch_consume(ing->gpu, r, tail, head, live == 0, now_s(),
+							   &ing->rx[i].last_batch, &ing->dfr.acct);
 				if (!n)
 					continue;
 			} else {
@@ -472,18 +276,15 @@ int pdma_ingest_stop(struct pdma_ingest *ing)
 	}
 	pthread_join(ing->dfr_th, NULL);
 	ing->started = false;
-	if (ing->gdfr) {
+	if (ing->gpu) {
 		/* The deframed output lives on the GPU: bring the tables back so
-		 * callers read one layout whatever the path; fill in byte totals
-		 * (descriptors carry no length) from the per-stream payload size. */
-		int e = ing->gops.read_tables(ing->gdfr, &ing->dfr.t);
+		 * callers read one layout whatever the path. */
+		int e = pdma_gpu_batch_finish(ing->gpu, &ing->dfr);
 		if (e && !err)
 			err = e;
-		for (uint32_t i = 0; i < ing->dfr.cfg.max_streams; i++)
-			ing->dfr.acct.st[i].s.bytes = ing->dfr.acct.st[i].s.received * ing->dfr.t.plen[i];
+		if (!err)
+			err = pdma_gpu_batch_error(ing->gpu); /* the deframer thread's, joined above */
 	}
-	if (!err)
-		err = ing->gpu_err; /* written by the deframer thread, joined above */
 	return err;
 }
 
@@ -499,16 +300,11 @@ void pdma_ingest_close(struct pdma_ingest *ing)
 		if (t->fd >= 0)
 			close(t->fd);
 		if (t->gpu_registered)
-			ing->gops.host_unregister(ing->gdfr, t->ring.base);
+			pdma_gpu_batch_unregister(ing->gpu, &t->ring);
 		pdma_ring_fini(&t->ring);
-		if (t->sim_mem)
-			pdma_sim_free(ing->c.sim, t->sim_mem);
-		free(t->bounce);
+		pdma_rx_sim_dma_close(t->dma); /* after the ring's registration of its memory */
 	}
-	if (ing->gdfr)
-		ing->gops.close(ing->gdfr);
-	pdma_gpu_unload(ing->gdl);
-	free(ing->gdesc);
+	pdma_gpu_batch_close(ing->gpu);
 	pdma_dfr_fini(&ing->dfr);
 	free(ing->rx);
 	free(ing);
@@ -556,12 +352,10 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 
 	pdma_ingest_totals(ing, &t);
 	json_object_set_new(o, "path", json_string(path_name(ing->c.path)));
-	if (ing->gdfr) {
+	if (ing->gpu) {
 		/* Effective after the run: a failed graph falls back to streams. */
-		json_object_set_new(o, "gpu_launch",
-				    json_string(ing->gops.get_launch(ing->gdfr) == PDMA_GPU_LAUNCH_GRAPH ? "graph"
-												: "stream"));
-		json_object_set_new(o, "gpu_kernel", json_string(ing->gops.kernel_name(ing->gdfr)));
+		json_object_set_new(o, "gpu_launch", json_string(pdma_gpu_batch_launch_name(ing->gpu)));
+		json_object_set_new(o, "gpu_kernel", json_string(pdma_gpu_batch_kernel(ing->gpu)));
 	}
 	json_object_set_new(o, "port", json_integer(ing->port));
 	json_object_set_new(o, "threads", json_integer(ing->nrx));

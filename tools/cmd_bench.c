@@ -159,12 +159,12 @@ static int bench_dma(json_t *rows, int iters)
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]) && !ret; i++) {
 		size_t len = sizes[i];
 		int n = (int)(iters * (size_t)4096 / (len < 4096 ? 4096 : len)) + 8;
-		double t0, dma_ns, cpy_ns;
+		double dma_ns, cpy_ns;
 
 		/* Best of three for each side: noise only ever adds time. */
 		cpy_ns = dma_ns = 1e300;
 		for (int rep = 0; rep < 3 && !ret; rep++) {
-			t0 = now_ns();
+			double t0 = now_ns();
 			for (int k = 0; k < n; k++)
 				memcpy((char *)gpu + (k & 1) * (max - len) / 2, src, len);
 			t0 = (now_ns() - t0) / n;

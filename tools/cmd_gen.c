@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "ingest.h"
+#include "gen/gen.h"
 
 static void usage(FILE *f)
 {
@@ -134,7 +134,7 @@ int pdma_cmd_gen(int argc, char **argv)
 	}
 	if (pdma_gen_payload_len(&c) < 4) {
 		fprintf(stderr, "peerdma gen: --packet-size %u leaves no payload (prologue %u bytes)\n",
-			c.packet_size, c.trailer ? 32 : 28);
+			c.packet_size, c.trailer ? 32u : 28u);
 		return 2;
 	}
 	struct pdma_gen *g;

@@ -29,11 +29,6 @@ typedef struct nvml_dev_st *nvml_dev;
 struct nvml_bar1 { /* nvmlBAR1Memory_t */
 	unsigned long long total, free, used;
 };
-struct nvml_pci { /* nvmlPciInfo_t (v3) */
-	char bus_id_legacy[16];
-	unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
-	char bus_id[32];
-};
 
 struct nvml {
 	void *h;
@@ -44,7 +39,6 @@ struct nvml {
 	nvml_ret (*ByIndex)(unsigned int i, nvml_dev *d);
 	nvml_ret (*ByPciBusId)(const char *id, nvml_dev *d);
 	nvml_ret (*Name)(nvml_dev d, char *name, unsigned int len);
-	nvml_ret (*Pci)(nvml_dev d, struct nvml_pci *pci);
 	nvml_ret (*Bar1)(nvml_dev d, struct nvml_bar1 *b);
 	char err[256];
 };
@@ -67,7 +61,6 @@ static int nvml_open(struct nvml *n)
 	L(ByIndex, "nvmlDeviceGetHandleByIndex_v2");
 	L(ByPciBusId, "nvmlDeviceGetHandleByPciBusId_v2");
 	L(Name, "nvmlDeviceGetName");
-	L(Pci, "nvmlDeviceGetPciInfo_v3");
 	L(Bar1, "nvmlDeviceGetBAR1MemoryInfo");
 #undef L
 	if (!n->Init || !n->Shutdown || !n->Count || !n->ByIndex || !n->Bar1) {
@@ -127,8 +120,6 @@ static int count_dir(const char *path)
 static void print_iommu(const char *root, const char *cmdline_path)
 {
 	char path[PATH_MAX], cmd[4096] = "", type[64] = "", units[512] = "";
-	const char *opts[] = { "intel_iommu=", "amd_iommu=", "iommu=", "iommu.passthrough=",
-			       "iommu.strict=" };
 	int nunits, ngroups, pt = 0, on_cmd = 0, off_cmd = 0;
 	FILE *f;
 
@@ -174,6 +165,8 @@ static void print_iommu(const char *root, const char *cmdline_path)
 	printf("  kernel command line:");
 	{
 		int any = 0;
+		static const char *const opts[] = { "intel_iommu=", "amd_iommu=", "iommu=",
+						    "iommu.passthrough=", "iommu.strict=" };
 		char *save = NULL, *tok, copy[sizeof(cmd)];
 
 		snprintf(copy, sizeof(copy), "%s", cmd);

@@ -240,11 +240,11 @@ int pdma_cmd_ingest(int argc, char **argv)
 	}
 	json_t *j = pdma_ingest_json(ing, now_s() - t0);
 	if (!quiet) {
-		size_t n;
-		json_t *s;
+		const json_t *streams = json_object_get(j, "streams");
 		fprintf(stderr, "%-10s %10s %8s %8s %8s %8s %8s\n", "stream", "received", "lost", "dup",
 			"reorder", "malformed", "late");
-		json_array_foreach(json_object_get(j, "streams"), n, s)
+		for (size_t n = 0; n < json_array_size(streams); n++) {
+			const json_t *s = json_array_get(streams, n);
 			fprintf(stderr, "0x%-8llx %10lld %8lld %8lld %8lld %8lld %8lld\n",
 				(unsigned long long)json_integer_value(json_object_get(s, "stream_id")),
 				json_integer_value(json_object_get(s, "received")),
@@ -253,6 +253,7 @@ int pdma_cmd_ingest(int argc, char **argv)
 				json_integer_value(json_object_get(s, "reordered")),
 				json_integer_value(json_object_get(s, "malformed")),
 				json_integer_value(json_object_get(s, "late")));
+		}
 	}
 	FILE *jf = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
 	if (!jf) {

@@ -6,9 +6,13 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "deframe/deframe_cpu.h"
+#include "gen/gen.h"
 #include "gpu.h"
 #include "gpu_bench.h"
 #include "ingest.h"
+#include "loopback/loopback.h"
+#include "rx/ring.h"
 
 struct ctx {
 	bool quick;

@@ -372,7 +372,7 @@ PDMA_VRT_FN int pdma_vrt_build(struct pdma_vrt_packet *p, const void *payload,
 {
 	uint8_t *o = (uint8_t *)out;
 	const uint8_t *src = (const uint8_t *)payload;
-	uint32_t words, off, h, i;
+	uint32_t words, off, h;
 	int trailer = (p->flags & PDMA_VRT_F_TRAILER) != 0;
 
 	if (p->type > 5 || p->tsi > 3 || p->tsf > 3 || p->count > 15 || (payload_len & 3) ||
@@ -423,7 +423,7 @@ PDMA_VRT_FN int pdma_vrt_build(struct pdma_vrt_packet *p, const void *payload,
 	p->payload_len = payload_len;
 	p->size_words = (uint16_t)words;
 	if (src)
-		for (i = 0; i < payload_len; i++)
+		for (uint32_t i = 0; i < payload_len; i++)
 			o[off + i] = src[i];
 	if (trailer)
 		pdma_vrt_put32(o + words * 4 - 4, p->trailer);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deframe.h"
+#include "deframe/deframe.h"
 #include "peerdma/vrt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

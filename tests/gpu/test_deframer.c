@@ -23,8 +23,11 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "deframe/acct.h"
+#include "deframe/deframe_cpu.h"
+#include "gen/gen.h"
 #include "gpu.h"
-#include "ingest.h"
+#include "rx/ring.h"
 
 #define SLOT 2048u
 

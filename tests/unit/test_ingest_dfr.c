@@ -10,7 +10,10 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "ingest.h"
+#include "deframe/acct.h"
+#include "deframe/deframe_cpu.h"
+#include "gen/gen.h"
+#include "rx/ring.h"
 
 #define SLOT 2048u
 

@@ -14,8 +14,10 @@
 #include <jansson.h>
 #include <stdio.h>
 
-#include "demo.h"
+#include "gen/gen.h"
 #include "ingest.h"
+#include "loopback/demo.h"
+#include "loopback/loopback.h"
 #include "peerdma/mr.h"
 #include "peerdma/sim.h"
 

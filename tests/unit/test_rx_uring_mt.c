@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* io_uring receive (ingest/rx_uring.c) against its promises: datagrams land
+/* io_uring receive (ingest/rx/io_uring.c) against its promises: datagrams land
  * in ring order with the slot format's header and offset; a full ring is
  * never overwritten (the socket buffer holds the rest until slots are freed);
  * truncation is flagged; what the socket buffer cannot hold is counted as
@@ -21,7 +21,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "ingest.h"
+#include "deframe/deframe.h"
+#include "rx/rx.h"
 
 struct rx {
 	struct pdma_ring ring;

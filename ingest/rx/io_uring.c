@@ -31,7 +31,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "ingest.h"
+#include "deframe/deframe.h"
+#include "rx/rx.h"
 
 #define BGID 0
 #define OUT_HDR ((uint32_t)sizeof(struct io_uring_recvmsg_out))

@@ -5,8 +5,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "ingest.h"
+#include "deframe/deframe.h"
 #include "peerdma/mr.h"
+#include "rx/ring.h"
 
 static uint32_t pow2_up(uint32_t v)
 {

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ingest.h"
+#include "loopback/loopback.h"
 
 struct sender {
 	struct pdma_gen *g;

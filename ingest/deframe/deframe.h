@@ -308,7 +308,7 @@ PDMA_DFR_FN int pdma_dfr_header_fast_nt(const struct pdma_dfr_config *c, uint32_
 {
 	const uint32_t h = p->h, type = h >> 28, words = h & 0xffffu, tr = (h >> 26) & 1u;
 	uint32_t plen, spp;
-	uint64_t frac, s;
+	uint64_t frac;
 
 	if (slot_size < PDMA_SLOT_HDR + 64u || (p->flags & PDMA_SLOT_TRUNC) || p->len == 0 ||
 	    p->len > slot_size - PDMA_SLOT_HDR)
@@ -348,7 +348,7 @@ PDMA_DFR_FN int pdma_dfr_header_fast_nt(const struct pdma_dfr_config *c, uint32_
 			return 0;
 		r->pkt = (uint64_t)p->tsi * a + qt;
 	} else {
-		s = (uint64_t)p->tsi * c->sample_rate + frac;
+		const uint64_t s = (uint64_t)p->tsi * c->sample_rate + frac;
 		if (s % spp)
 			return 0;
 		r->pkt = s / spp;

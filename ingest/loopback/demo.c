@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "demo.h"
-#include "ingest.h"
+#include "loopback/demo.h"
+#include "loopback/loopback.h"
 
 int pdma_ingest_demo(FILE *out)
 {

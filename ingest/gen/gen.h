@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The VITA-49 generator: DIFI-style data packets with deterministic injected
+ * loss, reordering and duplication, counted per stream so a receiver's
+ * accounting can be checked against it exactly; sent over UDP or written as a
+ * pcap. Independent of the receive side (only the packet format is shared,
+ * include/peerdma/vrt.h).
+ *
+ * Thread safety: one generator is driven by one thread, except inside
+ * pdma_gen_send, which runs its own sender threads.
+ */
+#ifndef PDMA_INGEST_GEN_GEN_H
+#define PDMA_INGEST_GEN_GEN_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct pdma_gen_config {
+	uint32_t streams;          /* number of streams */
+	uint32_t stream_id_base;   /* stream IDs base, base + 1, ... */
+	uint32_t packet_size;      /* VRT packet bytes (multiple of 4) */
+	uint64_t packets;          /* data packets per stream */
+	uint64_t sample_rate;      /* samples per second (timestamps) */
+	uint32_t ts_start;         /* UTC seconds of sample 0 */
+	bool trailer;              /* append a trailer word */
+	bool context;              /* one context packet (sample rate) per stream first */
+	uint32_t loss_pm, dup_pm, reorder_pm; /* per-mille event probabilities */
+	uint32_t loss_burst;       /* packets dropped per loss event (>= 1) */
+	uint64_t seed;
+	uint32_t send_threads;     /* pdma_loopback_*: sender threads (0 = 1) */
+};
+
+struct pdma_gen_inject {
+	uint64_t sent;        /* datagrams (data, incl. duplicates) */
+	uint64_t lost, duplicated, reordered;
+	uint64_t context;
+};
+
+struct pdma_gen;
+void pdma_gen_config_default(struct pdma_gen_config *c);
+int pdma_gen_open(const struct pdma_gen_config *c, struct pdma_gen **g);
+void pdma_gen_close(struct pdma_gen *g);
+/* Next datagram in send order into buf: returns its length, 0 at the end, or
+ * a negative errno; *stream gets the stream index. The injections are decided
+ * here, deterministically from the seed, and counted per stream. Never drops
+ * the first or last packet of a stream (so loss stays detectable), nor
+ * reorders or duplicates them. */
+int pdma_gen_next(struct pdma_gen *g, uint8_t *buf, size_t cap, uint32_t *stream);
+const struct pdma_gen_inject *pdma_gen_injected(const struct pdma_gen *g, uint32_t stream);
+uint32_t pdma_gen_payload_len(const struct pdma_gen_config *c);
+/* The sample word (big-endian on the wire) at absolute sample s of stream id. */
+static inline uint32_t pdma_gen_sample(uint32_t stream_id, uint64_t s)
+{
+	uint32_t i = (uint32_t)(s * 2654435761u) ^ (stream_id * 40503u);
+	return (i & 0xffff0000u) | ((uint32_t)(s + stream_id) & 0xffffu);
+}
+
+/* Sending over UDP (one socket per stream, so receivers can spread flows).
+ * Per-stream order is kept; the interleaving of streams differs from
+ * pdma_gen_next's (longer turns per stream, and T threads run concurrently). */
+struct pdma_gen_send_opts {
+	const char *host;     /* IPv4 address, default 127.0.0.1 */
+	uint16_t port;        /* default 4991 */
+	double rate_pps;      /* total datagrams per second, 0 = unpaced */
+	FILE *pcap;           /* optional: also write an Ethernet/IPv4/UDP pcap */
+	atomic_bool *stop;    /* optional */
+	uint32_t threads;     /* sender threads (0 = 1, at most one per stream; 1 with
+			       * pcap): thread t owns streams t, t + T, ... and their
+			       * sockets and sends its share of rate_pps. What each
+			       * stream sends and injects does not depend on T. */
+};
+int pdma_gen_send(struct pdma_gen *g, const struct pdma_gen_send_opts *o);
+/* pcap only (no network). */
+int pdma_gen_write_pcap(struct pdma_gen *g, FILE *f, const char *host, uint16_t port);
+
+#endif /* PDMA_INGEST_GEN_GEN_H */

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/* Inside the generator, shared by its files: the walk over a subset of the
+ * streams (gen.c), which each sender thread (send.c) runs over its own
+ * streams, and the pcap records (pcap.c) that a single sender also writes. */
+#ifndef PDMA_INGEST_GEN_GEN_INT_H
+#define PDMA_INGEST_GEN_GEN_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gen/gen.h"
+
+/* Round-robin over the streams first, first + step, ... (a sender thread
+ * owns one such disjoint subset; pdma_gen_next walks all of them). Every
+ * stream's state (injection RNG, queue, counts) is its own, so what a stream
+ * sends and injects does not depend on how the streams are split. */
+struct pdma_gen_iter {
+	uint32_t first, step;
+	uint32_t cur;        /* round-robin position (a stream index) */
+	uint32_t live;       /* streams of this subset with packets left */
+	uint32_t burst;      /* datagrams per stream per turn */
+};
+
+void pdma_gen_iter_init(const struct pdma_gen *g, struct pdma_gen_iter *it, uint32_t first,
+			uint32_t step, uint32_t burst);
+/* pdma_gen_next over the subset: the next datagram's length, 0 at the end of
+ * the subset, or a negative errno. */
+int pdma_gen_iter_next(struct pdma_gen *g, struct pdma_gen_iter *it, uint8_t *buf, size_t cap,
+		       uint32_t *stream);
+const struct pdma_gen_config *pdma_gen_get_config(const struct pdma_gen *g);
+
+/* pcap.c: the file header, and one Ethernet/IPv4/UDP record of a datagram
+ * (addresses in network order) at t_us microseconds. */
+void pdma_gen_pcap_header(FILE *f);
+int pdma_gen_pcap_record(FILE *f, const uint8_t *pkt, uint32_t len, uint32_t src, uint32_t dst,
+			 uint16_t sport, uint16_t dport, uint64_t t_us);
+
+#endif /* PDMA_INGEST_GEN_GEN_INT_H */

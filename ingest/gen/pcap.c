@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: MIT
+/* The generator's datagrams as a pcap file (Ethernet, IPv4, UDP; no network
+ * needed): pdma_gen_next's order, one source port per stream. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gen/gen.h"
+#include "gen/gen_int.h"
+
+void pdma_gen_pcap_header(FILE *f)
+{
+	uint32_t h[6] = { 0xa1b2c3d4u, 0x00040002u, 0, 0, 65535, 1 /* Ethernet */ };
+	/* version 2.4 stored as two 16-bit fields, little-endian host order */
+	uint16_t v[2] = { 2, 4 };
+	fwrite(&h[0], 4, 1, f);
+	fwrite(v, 2, 2, f);
+	fwrite(&h[2], 4, 4, f);
+}
+
+static uint16_t ip_csum(const uint8_t *p, size_t n)
+{
+	uint32_t s = 0;
+	for (size_t i = 0; i < n; i += 2)
+		s += (uint32_t)(p[i] << 8 | p[i + 1]);
+	while (s >> 16)
+		s = (s & 0xffff) + (s >> 16);
+	return (uint16_t)~s;
+}
+
+int pdma_gen_pcap_record(FILE *f, const uint8_t *pkt, uint32_t len, uint32_t src, uint32_t dst,
+			 uint16_t sport, uint16_t dport, uint64_t t_us)
+{
+	uint8_t h[42] = { 0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00 };
+	uint8_t *ip = h + 14, *udp = h + 34;
+	uint32_t caplen = 42 + len;
+	uint32_t rec[4] = { (uint32_t)(t_us / 1000000), (uint32_t)(t_us % 1000000), caplen, caplen };
+
+	if (len > 65507)
+		return -EMSGSIZE;
+	ip[0] = 0x45;
+	ip[2] = (uint8_t)((20 + 8 + len) >> 8);
+	ip[3] = (uint8_t)(20 + 8 + len);
+	ip[6] = 0x40; /* DF */
+	ip[8] = 64;
+	ip[9] = 17;
+	memcpy(ip + 12, &src, 4);
+	memcpy(ip + 16, &dst, 4);
+	uint16_t cs = ip_csum(ip, 20);
+	ip[10] = (uint8_t)(cs >> 8);
+	ip[11] = (uint8_t)cs;
+	udp[0] = (uint8_t)(sport >> 8);
+	udp[1] = (uint8_t)sport;
+	udp[2] = (uint8_t)(dport >> 8);
+	udp[3] = (uint8_t)dport;
+	udp[4] = (uint8_t)((8 + len) >> 8);
+	udp[5] = (uint8_t)(8 + len);
+	if (fwrite(rec, 4, 4, f) != 4 || fwrite(h, 1, 42, f) != 42 || fwrite(pkt, 1, len, f) != len)
+		return -EIO;
+	return 0;
+}
+
+int pdma_gen_write_pcap(struct pdma_gen *g, FILE *f, const char *host, uint16_t port)
+{
+	struct in_addr dst, src;
+	uint8_t *buf = malloc(65536);
+	uint32_t si;
+	uint64_t n = 0;
+	int len, ret = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	if (inet_pton(AF_INET, host ? host : "127.0.0.1", &dst) != 1) {
+		free(buf);
+		return -EINVAL;
+	}
+	inet_pton(AF_INET, "127.0.0.1", &src);
+	pdma_gen_pcap_header(f);
+	while ((len = pdma_gen_next(g, buf, 65536, &si)) > 0) {
+		/* One source port per stream, as pdma_gen_send uses. */
+		ret = pdma_gen_pcap_record(f, buf, (uint32_t)len, src.s_addr, dst.s_addr,
+				  (uint16_t)(40000 + si % 20000), port, n++);
+		if (ret)
+			break;
+	}
+	free(buf);
+	if (len < 0)
+		return len;
+	return ferror(f) ? -EIO : ret;
+}

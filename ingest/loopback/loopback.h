@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Loopback runs: the generator (gen/) sends into a receive session (ingest.h)
+ * over 127.0.0.1 inside one process, and what the generator injected is
+ * compared with what the session detected, per stream, down to every deframed
+ * byte. The demo, the tests and the benchmarks use it.
+ */
+#ifndef PDMA_INGEST_LOOPBACK_LOOPBACK_H
+#define PDMA_INGEST_LOOPBACK_LOOPBACK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "deframe/acct.h"
+#include "gen/gen.h"
+#include "ingest.h"
+
+struct pdma_loopback_stream {
+	struct pdma_gen_inject injected;
+	struct pdma_stream_stats detected;
+	uint64_t content_errors;  /* output words that differ from what gen sent */
+	uint64_t checked_packets; /* output positions verified */
+	bool match;               /* detected == injected (lost, dup, reordered) */
+};
+struct pdma_loopback_result {
+	uint32_t streams;
+	struct pdma_loopback_stream *s; /* [streams], free() by caller */
+	struct pdma_ingest_totals totals;
+	double seconds, rate_pps;
+	double send_seconds;            /* the sender alone (first to last datagram) */
+	uint64_t malformed;
+	bool match;                     /* every stream matches, no content errors */
+	int attempts;
+};
+/* Runs gen (in a thread) into a fresh ingest session on an ephemeral port.
+ * When the kernel dropped datagrams (socket_drops, ring overruns) the run is
+ * repeated at half the rate, up to 4 attempts, since such loss is not the
+ * generator's injection. rate_pps 0: unpaced. */
+int pdma_loopback_run(const struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
+		      double rate_pps, struct pdma_loopback_result *res);
+/* One attempt, no retry (benchmarks: loss is the measurement). */
+int pdma_loopback_once(const struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
+		       double rate_pps, struct pdma_loopback_result *res);
+
+#endif /* PDMA_INGEST_LOOPBACK_LOOPBACK_H */

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The receive ring: the hand-off between a receive path (rx/) and a deframer
+ * (deframe/). Slots are fixed-size and hold one datagram each, in the
+ * deframer's input format (deframe/deframe.h: slot header, datagram at
+ * PDMA_SLOT_HDR).
+ *
+ * Single producer, single consumer. Ownership is explicit: slots [tail, head)
+ * belong to the consumer, all others to the producer. The producer fills
+ * slots, then publishes them with a release store of head; the consumer reads
+ * head with acquire, processes, and hands slots back with a release store of
+ * tail. So no slot is read before it is complete and none is overwritten
+ * before it is consumed. When the ring is full the producer drops the datagram
+ * into a scratch slot and counts an overrun: never silent, never blocking the
+ * socket.
+ */
+#ifndef PDMA_INGEST_RX_RING_H
+#define PDMA_INGEST_RX_RING_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct pdma_domain;
+struct pdma_mr;
+
+struct pdma_ring {
+	uint8_t *base;        /* nslots * slot_size bytes, page aligned */
+	size_t bytes;
+	uint32_t nslots;      /* power of two */
+	uint32_t slot_size;   /* bytes, multiple of 64, includes PDMA_SLOT_HDR */
+	_Alignas(64) atomic_uint_fast64_t head; /* producer: next slot to fill */
+	_Alignas(64) atomic_uint_fast64_t tail; /* consumer: next slot to read */
+	_Alignas(64) atomic_uint_fast64_t overruns;
+	uint8_t *scratch;     /* overrun target (one slot) */
+	struct pdma_mr *mr;   /* registration of base (NULL when unregistered) */
+	int mlocked;
+	int external;         /* base not owned (sim GPU memory) */
+};
+
+/* slot_size is rounded up to 64 bytes, nslots to a power of two. */
+int pdma_ring_init(struct pdma_ring *r, uint32_t nslots, uint32_t slot_size);
+/* A ring over caller memory (e.g. simulated GPU memory); not freed by fini. */
+int pdma_ring_init_external(struct pdma_ring *r, void *mem, size_t bytes, uint32_t slot_size);
+void pdma_ring_fini(struct pdma_ring *r);
+/* Registers the ring memory with the domain (pinned, remote-writable) so a
+ * device can DMA into it; iface is a PDMA_HMEM_* value (host or sim GPU
+ * memory). The one place ring registration happens; the MR is closed by
+ * pdma_ring_fini. */
+int pdma_ring_register(struct pdma_ring *r, struct pdma_domain *dom, int iface);
+static inline uint8_t *pdma_ring_slot(const struct pdma_ring *r, uint64_t i)
+{
+	return r->base + (size_t)(i & (r->nslots - 1)) * r->slot_size;
+}
+
+#endif /* PDMA_INGEST_RX_RING_H */

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The receive paths: how datagrams get from a UDP socket into the slots of a
+ * receive ring (rx/ring.h). Every path fills slots in the deframer's input
+ * format (pdma_slot_finish, deframe/deframe.h) and publishes them in arrival
+ * order, so the consumer cannot tell the paths apart:
+ *   socket.c    the bound UDP socket all paths read (SO_REUSEPORT, drop counter)
+ *   recvmmsg.c  recvmmsg batches straight into ring slots (the default)
+ *   io_uring.c  one multishot recvmsg into the ring's free slots
+ *   sim_dma.c   the "direct" path's last hop: the ring lives in simulated GPU
+ *               memory and a simulated DMA device writes each slot by key
+ * Thread safety: one receive thread per socket and ring.
+ */
+#ifndef PDMA_INGEST_RX_RX_H
+#define PDMA_INGEST_RX_RX_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rx/ring.h"
+
+struct pdma_domain;
+struct pdma_sim;
+
+/* One receive thread's counters (written by it, read by any thread). */
+struct pdma_rx_stats {
+	atomic_uint_fast64_t datagrams, bytes, truncated;
+	atomic_uint_fast64_t socket_drops; /* the kernel's count for the socket so far */
+};
+
+/* ---- socket.c ---- */
+/* A UDP socket bound to bind_addr (NULL: 127.0.0.1) and port (0: ephemeral),
+ * shareable with SO_REUSEPORT, reporting kernel drops, with an rcvbuf-byte
+ * receive buffer and a 20 ms receive timeout (so a stop request is seen). */
+int pdma_rx_socket_open(const char *bind_addr, uint16_t port, int rcvbuf, int *fd);
+/* The port the socket is bound to (0 if it cannot be read). */
+uint16_t pdma_rx_socket_port(int fd);
+
+/* ---- recvmmsg.c ---- */
+#define PDMA_RX_MAX_BATCH 256
+struct pdma_rx_sim_dma;
+/* Receives batches of up to batch (<= PDMA_RX_MAX_BATCH) datagrams into ring r
+ * until *stop is set and the socket's receive timeout passes. With dma, the
+ * datagrams land in the device's buffer and the device writes them into r
+ * (the direct path). 0 or a negative errno. */
+int pdma_rx_recvmmsg_run(int fd, struct pdma_ring *r, uint32_t batch, struct pdma_rx_sim_dma *dma,
+			 const atomic_bool *stop, struct pdma_rx_stats *st);
+
+/* ---- io_uring.c ----
+ * io_uring receive into ring r from socket fd, from the ring's head on: open
+ * fails with -EOPNOTSUPP where io_uring is absent or disabled or lacks
+ * provided-buffer rings (before Linux 5.19), as does pdma_ingest_open with
+ * rx_io io_uring.
+ * run() receives until *stop is set and the socket has been quiet for 20 ms
+ * (what it holds is drained first); 0 or a negative errno. */
+struct pdma_rx_uring;
+int pdma_rx_uring_open(struct pdma_rx_uring **u, int fd, struct pdma_ring *r);
+int pdma_rx_uring_run(struct pdma_rx_uring *u, const atomic_bool *stop, struct pdma_rx_stats *st);
+void pdma_rx_uring_close(struct pdma_rx_uring *u);
+
+/* ---- sim_dma.c ----
+ * Sets up the direct path for one receive thread: ring r (of about nslots
+ * slots of slot_size bytes) in memory of the simulated GPU sim, registered
+ * with dom, and the device's own buffer for batch datagrams. *d is set even
+ * when a later step fails; close it after pdma_ring_fini(r), which closes the
+ * ring's registration of that memory. */
+int pdma_rx_sim_dma_open(struct pdma_rx_sim_dma **d, struct pdma_sim *sim, struct pdma_domain *dom,
+			 uint32_t nslots, uint32_t slot_size, uint32_t batch, struct pdma_ring *r);
+/* The device's buffer for datagram i of a batch (one ring slot's size). */
+uint8_t *pdma_rx_sim_dma_buf(struct pdma_rx_sim_dma *d, uint32_t i);
+/* The device writes a finished slot (header and datagram) into ring slot idx
+ * of r, by the ring's registration key. */
+int pdma_rx_sim_dma_write(struct pdma_rx_sim_dma *d, const struct pdma_ring *r, uint64_t idx,
+			  const uint8_t *slot);
+void pdma_rx_sim_dma_close(struct pdma_rx_sim_dma *d);
+
+#endif /* PDMA_INGEST_RX_RX_H */
