@@ -2,7 +2,7 @@
 /*
  * The benchmarks' measurements of the GPU deframer (gpu_bench.h): linked with
  * the deframer's own objects into libpeerdma_vrt_cuda_bench.so
- * (ingest/cuda/CMakeLists.txt), so that the library carries no benchmark
+ * (ingest/deframe/cuda/CMakeLists.txt), so that the library carries no benchmark
  * code while these timings see its handle, launches and kernels as they are.
  * Besides the deframer: the copy ceilings (cudaMemcpy, copy kernels), the
  * one-pass kernel's warp copy without the deframing (skel) and probes of the

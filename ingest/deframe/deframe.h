@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The deframer's per-packet core, shared verbatim by the CPU deframer
- * (deframe_cpu.c) and the GPU deframer (cuda/deframe.cu), so the two cannot
+ * (deframe_cpu.c) and the GPU deframer (cuda/kernels.cu), so the two cannot
  * drift apart: same validation, same stream table, same placement rule. Only
  * the payload copy and the loop around it differ.
  *

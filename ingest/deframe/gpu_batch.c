@@ -38,7 +38,7 @@ int pdma_gpu_batch_open(struct pdma_gpu_batch **out, const struct pdma_dfr_confi
 	 * otherwise) for zero-copy, stream launch for host-staged: there graph
 	 * replay measured slower (bench_ingest (e), H100, small batches
 	 * 0.8-1.06x: its host-to-device memcpy nodes), while zero-copy gained
-	 * (1.0-1.2x; bench/ingest/NOTES.md). */
+	 * (1.0-1.2x; bench/results/README.md, part e). */
 	const char *env = getenv("PEERDMA_GPU_LAUNCH");
 	if (launch == PDMA_INGEST_LAUNCH_DEFAULT && staged && !(env && *env))
 		launch = PDMA_INGEST_LAUNCH_STREAM;

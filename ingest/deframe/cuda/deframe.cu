@@ -14,8 +14,8 @@
  *         from the longest payload seen so far;
  *   v7s   one pass: a warp parses 32 headers, then copies their payloads.
  *
- * Built by nvcc into libpeerdma_vrt_cuda.so (ingest/cuda/CMakeLists.txt) and
- * loaded with dlopen() by ingest/gpu_loader.c only on machines with a GPU.
+ * Built by nvcc into libpeerdma_vrt_cuda.so (ingest/deframe/cuda/CMakeLists.txt) and
+ * loaded with dlopen() by ingest/deframe/gpu_loader.c only on machines with a GPU.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -470,7 +470,7 @@ static int env_kernel(struct pdma_gpu_dfr *g, const char *name)
 	fprintf(stderr,
 		"gpu deframer: PEERDMA_DFR_KERNEL=%s: %s; the kernels are auto (the default), v11 and v7s%s\n",
 		name, removed ? "a kernel variant that was measured and removed" : "no such kernel",
-		removed ? " (ingest/cuda/DESIGN.md: the variants, their numbers and the commits that hold them)"
+		removed ? " (ingest/deframe/cuda/DESIGN.md: the variants, their numbers and the commits that hold them)"
 			: "");
 	return -EINVAL;
 }

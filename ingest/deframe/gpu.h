@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The GPU deframer module (ingest/cuda, built by nvcc into
+ * The GPU deframer module (ingest/deframe/cuda, built by nvcc into
  * libpeerdma_vrt_cuda.so) seen from C: one table of functions, fetched with
  * dlopen() only when a CUDA device is present, so nothing else in peerdma needs
  * CUDA to build, link or run.
@@ -17,11 +17,11 @@
  * results. A node update the driver refuses rebuilds that graph; a failure
  * to build or launch one switches the handle to stream launch for good
  * (get_launch() then says so, last_error() why). The two-pass kernel's
- * batches are captured from the stream path into graphs (ingest/cuda/graph.cu).
+ * batches are captured from the stream path into graphs (ingest/deframe/cuda/graph.cu).
  *
  * Kernels (set_kernel, or PEERDMA_DFR_KERNEL at open; any other name fails the
  * open), byte-identical to the CPU deframer (tests/gpu/test_deframer.c runs
- * each); ingest/cuda/DESIGN.md has how they were chosen and their numbers:
+ * each); ingest/deframe/cuda/DESIGN.md has how they were chosen and their numbers:
  *   auto   the default: v11 once a payload length is known (the copy
  *          pass's stride comes from it), v7s before; PEERDMA_DFR_AUTO_MIN
  *          sets the shortest payload for v11 (default 1);

@@ -4,7 +4,7 @@
  * host functions that deframe.cu, graph.cu and the benchmark module
  * (bench/ingest/gpu_bench.cu, linked with the same objects into a separate
  * shared object) share. The module's interface to the rest of peerdma is
- * ingest/gpu.h; nothing here is visible outside the shared object (built with
+ * ingest/deframe/gpu.h; nothing here is visible outside the shared object (built with
  * -fvisibility=hidden).
  */
 #ifndef PDMA_INGEST_CUDA_DFR_H
