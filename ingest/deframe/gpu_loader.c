@@ -40,7 +40,7 @@ int pdma_gpu_load(struct pdma_gpu_ops *ops, void **handle)
 
 int pdma_gpu_load_module(const char *module, const char *env, struct pdma_gpu_ops *ops, void **handle)
 {
-	char exe[PATH_MAX], path[PATH_MAX + 64];
+	char exe[PATH_MAX];
 	void *h = NULL;
 
 	if (!cuda_device_present())
@@ -51,6 +51,8 @@ int pdma_gpu_load_module(const char *module, const char *env, struct pdma_gpu_op
 		exe[n] = 0;
 		char *slash = strrchr(exe, '/');
 		for (int up = 0; !h && slash && up < 3; up++) {
+			char path[PATH_MAX + 64];
+
 			*slash = 0;
 			snprintf(path, sizeof(path), "%s/%s", exe, module);
 			h = try_open(path);
