@@ -16,7 +16,7 @@
 #include "gpu.h"
 #include "ingest.h"
 #include "peerdma/mr.h"
-#include "peerdma/sim.h"
+#include "mem/sim.h"
 
 #define RX_MAX_BATCH 256
 

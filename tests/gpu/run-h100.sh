@@ -42,7 +42,7 @@ bdir=$(ctest_dir "$build" "$src")
 } 2>&1 | tee "$out/info.log"
 
 {
-	hook=$build/bench/cuda/libpeerdma_cudart_hook.so
+	hook=$build/bench/cuda/libpeerdma_cuda_hooks.so
 	lib=$build/libpeerdma.so.0
 	py='import ctypes
 l = ctypes.CDLL(None)
@@ -59,6 +59,6 @@ except AttributeError:
     print("runtime hook not loaded")'
 	echo "== LD_PRELOAD=libpeerdma.so.0"
 	LD_PRELOAD=$lib python3 -c "$py"
-	echo "== LD_PRELOAD=libpeerdma.so.0 libpeerdma_cudart_hook.so"
+	echo "== LD_PRELOAD=libpeerdma.so.0 libpeerdma_cuda_hooks.so"
 	LD_PRELOAD="$lib $hook" python3 -c "$py"
 } 2>&1 | tee "$out/hooks.log"

@@ -20,12 +20,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_api.h"
-#include "mem_cuda.h"
-#include "monitor.h"
-#include "region.h"
+#include "cuda/api.h"
+#include "mem/cuda.h"
+#include "monitor/monitor.h"
+#include "cache/region.h"
 
-/* The interposed driver entry points of lib/monitor_cuda.c (linked in). */
+/* The interposed driver entry points of lib/monitor/cuda.c (linked in). */
 pdma_cu_result cuMemFree_v2(pdma_cu_ptr dptr);
 pdma_cu_result cuMemHostUnregister(void *p);
 pdma_cu_result cuCtxDestroy_v2(pdma_cu_ctx ctx);

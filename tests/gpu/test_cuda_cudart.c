@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The CUDA runtime hooks (libpeerdma_cudart_hook.so) on a real GPU: loaded
+ * The CUDA runtime hooks (libpeerdma_cuda_hooks.so) on a real GPU: loaded
  * before libcudart (as LD_PRELOAD would), the process's cudaFree is the hook's;
  * cudaFree / cudaFreeHost revoke pins and notify the monitor before the runtime
  * releases the memory; free + cudaMalloc at the same address over thousands of
@@ -24,9 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_api.h"
-#include "mem_cuda.h"
-#include "monitor.h"
+#include "cuda/api.h"
+#include "mem/cuda.h"
+#include "monitor/monitor.h"
 
 #define MiB (1024u * 1024u)
 #define ROUNDS 2000
@@ -196,10 +196,10 @@ static int find_shim(char *out, size_t n)
 		return -1;
 	snprintf(dir, sizeof(dir), "%s", tool);
 	dirname(dir);
-	snprintf(out, n, "%s/libpeerdma_cudart_hook.so", dir);
+	snprintf(out, n, "%s/libpeerdma_cuda_hooks.so", dir);
 	if (!access(out, R_OK))
 		return 0;
-	snprintf(out, n, "%s/bench/cuda/libpeerdma_cudart_hook.so", dir);
+	snprintf(out, n, "%s/bench/cuda/libpeerdma_cuda_hooks.so", dir);
 	return access(out, R_OK);
 }
 
@@ -223,7 +223,7 @@ int main(void)
 		return 1;
 	pdma_cuda_close(cu);
 	if (find_shim(path, sizeof(path))) {
-		printf("skipped: libpeerdma_cudart_hook.so not built (set PEERDMA_CUDART_HOOK)\n");
+		printf("skipped: libpeerdma_cuda_hooks.so not built (set PEERDMA_CUDART_HOOK)\n");
 		return 77;
 	}
 	/* The hook library first, as LD_PRELOAD would put it. */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Registration cache (lib/cache.c): hit/miss, overlap and adjacency policy,
+ * Registration cache (lib/cache/): hit/miss, overlap and adjacency policy,
  * LRU order, both limits, pass-through, -ENOMEM eviction and retry,
  * invalidation by notification, by backend revocation and by buffer-ID tag
  * check, stale-entry adversaries (host with userfaultfd, sim GPU), and the
@@ -22,9 +22,9 @@
 #include <sys/mman.h>
 #include <cmocka.h>
 
-#include "cache.h"
-#include "monitor.h"
-#include "peerdma/sim.h"
+#include "cache/cache.h"
+#include "monitor/monitor.h"
+#include "mem/sim.h"
 
 /* ------------------------------------------------------------------------ */
 /* Fake backend */
