@@ -73,237 +73,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 
-#include "cache/cache.h"
+#include "cache/cache_int.h"
 #include "monitor/monitor.h"
 
-#define TLS __thread __attribute__((tls_model("initial-exec")))
-#define likely(x) __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
-#define RLX(x) atomic_load_explicit(&(x), memory_order_relaxed)
-
-#define REF_DEAD (INT32_MIN / 2)
-#define SL_MAX 12 /* p = 1/4: ample for 4^12 regions */
-#define SLAB_CHUNK ((size_t)2 << 20)
-#define INVAL_RING 64
-#define SCAN_LIMIT 256
-
-/* ---------------------------------------------------------------------------
- * LRU stamps: per-thread monotonic, loosely synchronised through a global.
- */
-static _Atomic uint64_t lru_global;
-static TLS uint64_t lru_local;
-static TLS unsigned lru_count;
-
-static inline uint64_t lru_stamp(void)
-{
-	uint64_t g = atomic_load_explicit(&lru_global, memory_order_relaxed);
-	uint64_t t = (lru_local > g ? lru_local : g) + 1;
-
-	lru_local = t;
-	if (unlikely(++lru_count >= 64)) {
-		lru_count = 0;
-		if (t > atomic_load_explicit(&lru_global, memory_order_relaxed))
-			atomic_store_explicit(&lru_global, t, memory_order_relaxed);
-	}
-	return t;
-}
-
-/* ---------------------------------------------------------------------------
- * Index entries and structures.
- */
-struct retire {
-	struct retire *next;
-	void *base; /* what to free(); NULL: an entry, back to the slab */
-};
-
-/*
- * One cache line holds everything a hit (get + put) touches: the key, the
- * reference count, the lookup-validity flag and the LRU stamp. The region
- * handed to callers follows it; get returns &e->r and put finds e by
- * subtraction, so neither touches the region's own lines.
- */
-struct entry {
-	struct entry *_Atomic hnext;  /* hash chain */
-	_Atomic uint64_t start, end;  /* page-rounded range */
-	const struct pdma_mem_ops *_Atomic ops;
-	void *_Atomic be;
-	_Atomic uint64_t buffer_id;
-	_Atomic int32_t refcnt;       /* see "Reference counts" above */
-	_Atomic uint8_t iface;
-	atomic_bool valid;            /* false: never returned by a lookup again */
-	_Atomic uint64_t last_use;    /* LRU stamp (put) */
-	/* --- cold --- */
-	struct pdma_region r;         /* what callers see (its refcnt is unused) */
-	struct pdma_cache *cache;
-	uint64_t heap_key;            /* writer: stamp when (re)placed in the heap */
-	size_t heap_idx;              /* writer: heap position; SIZE_MAX: not in it */
-	bool indexed;                 /* writer: in hash, skip list and heap */
-	struct entry *defer_next;
-	struct retire rt;
-	int levels;
-	struct entry *_Atomic next[]; /* skip list, levels entries */
-} __attribute__((aligned(64)));
-
-_Static_assert(offsetof(struct entry, r) == 64, "hot fields fill one cache line");
-
-struct htab {
-	size_t mask;
-	unsigned shift;
-	struct retire rt;
-	struct entry *_Atomic b[];
-};
-
-struct inval_rec {
-	uint64_t seq, start, end;
-	enum pdma_hmem_iface iface;
-};
-
-struct pdma_cache {
-	/* Read-mostly (hit path). */
-	uint64_t id;
-	struct htab *_Atomic ht;
-	_Atomic uint64_t max_len;      /* longest region ever indexed */
-	enum pdma_cache_mode mode[PDMA_CACHE_NIFACE];
-	bool uffd;
-	bool memhooks;
-	bool passthrough;              /* max_count == 0 */
-	struct entry *_Atomic head[SL_MAX] __attribute__((aligned(64)));
-
-	/* Writer side. */
-	pthread_mutex_t lock __attribute__((aligned(64)));
-	struct pdma_cache_attr attr;
-	size_t count, bytes;
-	struct entry **heap;
-	size_t heap_len, heap_cap;
-	uint64_t inval_seq;
-	struct inval_rec inval[INVAL_RING];
-	struct pdma_monitor_sub *sub;
-	struct pdma_cache_stats st;
-
-	/* Entry slab: 2 MiB chunks (huge pages where the kernel gives them), so
-	 * that the hot lines of many regions share few TLB entries. */
-	pthread_mutex_t slab_lock;
-	struct entry *slab_free;
-	void *chunks;                  /* linked through their first word */
-	size_t entry_size;
-
-	struct retire *old_tables;     /* outgrown hash tables, freed at the end */
-
-	/* Any thread. */
-	struct entry *_Atomic deferred; /* last reference dropped in a notification */
-	_Atomic uint64_t live;         /* 1 (the cache itself) + regions not yet unpinned */
-	_Atomic uint64_t n_uncached, n_stale;
-	atomic_bool closed;
-};
-
 static _Atomic uint64_t cache_ids = 1;
-
-static inline struct entry *entry_of(struct pdma_region *r)
-{
-	return (struct entry *)((char *)r - offsetof(struct entry, r));
-}
-
-/* Neighbouring pages go to neighbouring buckets (sequential access stays in
- * few cache lines); each 256 KiB block of pages starts at a random bucket (so
- * 2 MiB-aligned GPU buffers do not pile up in a few buckets). */
-static inline size_t hash_start(const struct htab *t, uint64_t start)
-{
-	uint64_t pn = start >> 12;
-
-	return (size_t)((((pn >> 6) * 0x9E3779B97F4A7C15ull) >> t->shift) + (pn & 63)) & t->mask;
-}
-
-static struct htab *htab_new(size_t nb)
-{
-	struct htab *t = calloc(1, sizeof(*t) + nb * sizeof(t->b[0]));
-	unsigned bits = 0;
-
-	if (!t)
-		return NULL;
-	while (((size_t)1 << bits) < nb)
-		bits++;
-	t->mask = nb - 1;
-	t->shift = 64 - bits;
-	t->rt.base = t;
-	return t;
-}
-
-/* ---------------------------------------------------------------------------
- * Entry slab.
- */
-/* A 2 MiB-aligned chunk, carved into DEAD entries on c->slab_free. */
-static int slab_grow(struct pdma_cache *c)
-{
-	char *m = mmap(NULL, 2 * SLAB_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		       -1, 0), *a;
-	struct entry *first = NULL, *last = NULL;
-	size_t n;
-
-	if (m == MAP_FAILED)
-		return -ENOMEM;
-	/* No lock held here: the munmap may be seen by the memhooks monitor
-	 * (a notification for a range no cache holds). */
-	a = (char *)(((uintptr_t)m + SLAB_CHUNK - 1) & ~(uintptr_t)(SLAB_CHUNK - 1));
-	if (a > m)
-		munmap(m, (size_t)(a - m));
-	munmap(a + SLAB_CHUNK, (size_t)(m + 2 * SLAB_CHUNK - (a + SLAB_CHUNK)));
-	madvise(a, SLAB_CHUNK, MADV_HUGEPAGE);
-	/* The first slot holds the chunk link; carve the rest. */
-	n = SLAB_CHUNK / c->entry_size;
-	for (size_t i = n - 1; i >= 1; i--) {
-		struct entry *e = (struct entry *)(a + i * c->entry_size);
-
-		atomic_init(&e->refcnt, REF_DEAD);
-		e->rt.next = (struct retire *)first;
-		first = e;
-		if (!last)
-			last = e;
-	}
-	pthread_mutex_lock(&c->slab_lock);
-	*(void **)a = c->chunks;
-	c->chunks = a;
-	last->rt.next = (struct retire *)c->slab_free;
-	c->slab_free = first;
-	pthread_mutex_unlock(&c->slab_lock);
-	return 0;
-}
-
-static struct entry *slab_alloc(struct pdma_cache *c)
-{
-	struct entry *e;
-
-	for (;;) {
-		pthread_mutex_lock(&c->slab_lock);
-		e = c->slab_free;
-		if (e)
-			c->slab_free = (struct entry *)e->rt.next;
-		pthread_mutex_unlock(&c->slab_lock);
-		if (e || slab_grow(c))
-			return e;
-	}
-}
-
-static void slab_free(struct pdma_cache *c, struct entry *e)
-{
-	pthread_mutex_lock(&c->slab_lock);
-	e->rt.next = (struct retire *)c->slab_free;
-	c->slab_free = e;
-	pthread_mutex_unlock(&c->slab_lock);
-}
-
-static void slab_destroy(struct pdma_cache *c)
-{
-	while (c->chunks) {
-		void *n = *(void **)c->chunks;
-
-		munmap(c->chunks, SLAB_CHUNK);
-		c->chunks = n;
-	}
-	pthread_mutex_destroy(&c->slab_lock);
-}
 
 /* ---------------------------------------------------------------------------
  * Retirement (free after a grace period).
@@ -320,12 +94,12 @@ static void cache_free(struct pdma_cache *c)
 	}
 	free(t);
 	free(c->heap);
-	slab_destroy(c);
+	pdma_cache_slab_destroy(c);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
 
-static void cache_unref(struct pdma_cache *c)
+void pdma_cache_cache_unref(struct pdma_cache *c)
 {
 	if (atomic_fetch_sub_explicit(&c->live, 1, memory_order_acq_rel) == 1)
 		cache_free(c);
@@ -333,13 +107,13 @@ static void cache_unref(struct pdma_cache *c)
 
 /* Unpin an entry whose count went to DEAD; its slot goes back to the slab
  * (type-stable: readers with a stale pointer find DEAD or another key). */
-static void entry_destroy(struct entry *e)
+void pdma_cache_entry_destroy(struct entry *e)
 {
 	struct pdma_cache *c = e->cache;
 
 	pdma_region_fini(&e->r);
-	slab_free(c, e);
-	cache_unref(c);
+	pdma_cache_slab_free(c, e);
+	pdma_cache_cache_unref(c);
 }
 
 /*
@@ -348,7 +122,7 @@ static void entry_destroy(struct entry *e)
  * increment got in between, that reader's own drop takes it to 0 again and
  * tries in turn, so exactly one caller wins.
  */
-static bool entry_unref_last(struct entry *e)
+bool pdma_cache_entry_unref_last(struct entry *e)
 {
 	int32_t zero = 0;
 
@@ -359,10 +133,10 @@ static bool entry_unref_last(struct entry *e)
 }
 
 /* Drop one reference; the last one unpins. */
-static void entry_unref(struct entry *e)
+void pdma_cache_entry_unref(struct entry *e)
 {
-	if (entry_unref_last(e))
-		entry_destroy(e);
+	if (pdma_cache_entry_unref_last(e))
+		pdma_cache_entry_destroy(e);
 }
 
 /*
@@ -370,12 +144,12 @@ static void entry_unref(struct entry *e)
  * the backend may be revoking the very pin (the sim backend's unpin waits for
  * the revocation to finish), so the unpin is deferred to the next writer call.
  */
-static void entry_unref_deferred(struct entry *e)
+void pdma_cache_entry_unref_deferred(struct entry *e)
 {
 	struct pdma_cache *c = e->cache;
 	struct entry *old;
 
-	if (!entry_unref_last(e))
+	if (!pdma_cache_entry_unref_last(e))
 		return;
 	old = atomic_load_explicit(&c->deferred, memory_order_relaxed);
 	do
@@ -393,391 +167,8 @@ static void deferred_run(struct pdma_cache *c)
 	e = atomic_exchange_explicit(&c->deferred, NULL, memory_order_acquire);
 	for (; e; e = n) {
 		n = e->defer_next;
-		entry_destroy(e);
+		pdma_cache_entry_destroy(e);
 	}
-}
-
-/* Take a reference on an entry found through the index. False: it is dying
- * or dead (the transient increment is undone). The caller then re-checks the
- * key: the slot may have been recycled for another region. */
-static inline bool entry_tryref(struct entry *e)
-{
-	int32_t old = atomic_fetch_add_explicit(&e->refcnt, 1, memory_order_acq_rel);
-
-	if (likely(old > 0))
-		return true;
-	entry_unref(e);
-	return false;
-}
-
-/* ---------------------------------------------------------------------------
- * LRU heap (writer side).
- */
-static inline bool heap_less(const struct entry *a, const struct entry *b)
-{
-	return a->heap_key < b->heap_key;
-}
-
-static void heap_set(struct pdma_cache *c, size_t i, struct entry *e)
-{
-	c->heap[i] = e;
-	e->heap_idx = i;
-}
-
-static void heap_up(struct pdma_cache *c, size_t i)
-{
-	struct entry *e = c->heap[i];
-
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-
-		if (!heap_less(e, c->heap[p]))
-			break;
-		heap_set(c, i, c->heap[p]);
-		i = p;
-	}
-	heap_set(c, i, e);
-}
-
-static void heap_down(struct pdma_cache *c, size_t i)
-{
-	struct entry *e = c->heap[i];
-
-	for (;;) {
-		size_t l = 2 * i + 1, m = i;
-		struct entry *me = e;
-
-		if (l < c->heap_len && heap_less(c->heap[l], me))
-			m = l, me = c->heap[l];
-		if (l + 1 < c->heap_len && heap_less(c->heap[l + 1], me))
-			m = l + 1, me = c->heap[l + 1];
-		if (m == i)
-			break;
-		heap_set(c, i, me);
-		i = m;
-	}
-	heap_set(c, i, e);
-}
-
-static int heap_push(struct pdma_cache *c, struct entry *e)
-{
-	if (c->heap_len == c->heap_cap) {
-		size_t n = c->heap_cap ? c->heap_cap * 2 : 64;
-		struct entry **h = realloc(c->heap, n * sizeof(*h));
-
-		if (!h)
-			return -ENOMEM;
-		c->heap = h;
-		c->heap_cap = n;
-	}
-	heap_set(c, c->heap_len++, e);
-	heap_up(c, c->heap_len - 1);
-	return 0;
-}
-
-static void heap_remove(struct pdma_cache *c, struct entry *e)
-{
-	size_t i = e->heap_idx;
-	struct entry *last;
-
-	if (i == SIZE_MAX)
-		return;
-	e->heap_idx = SIZE_MAX;
-	last = c->heap[--c->heap_len];
-	if (i == c->heap_len)
-		return;
-	heap_set(c, i, last);
-	heap_up(c, i);
-	heap_down(c, last->heap_idx);
-}
-
-/* ---------------------------------------------------------------------------
- * Skip list ordered by (start, end, address); single writer, lock-free readers.
- */
-static inline bool sl_before(const struct entry *a, uint64_t start, uint64_t end,
-			     const struct entry *b)
-{
-	if (a->start != start)
-		return a->start < start;
-	if (a->end != end)
-		return a->end < end;
-	return (uintptr_t)a < (uintptr_t)b;
-}
-
-static inline struct entry *_Atomic *sl_link(struct pdma_cache *c, struct entry *p, int i)
-{
-	return p ? &p->next[i] : &c->head[i];
-}
-
-static void sl_find_preds(struct pdma_cache *c, struct entry *e, struct entry **preds)
-{
-	struct entry *p = NULL;
-
-	for (int i = SL_MAX - 1; i >= 0; i--) {
-		struct entry *n;
-
-		while ((n = atomic_load_explicit(sl_link(c, p, i), memory_order_relaxed)) &&
-		       sl_before(n, e->start, e->end, e))
-			p = n;
-		preds[i] = p;
-	}
-}
-
-static void sl_insert(struct pdma_cache *c, struct entry *e)
-{
-	struct entry *preds[SL_MAX];
-
-	sl_find_preds(c, e, preds);
-	for (int i = 0; i < e->levels; i++) {
-		struct entry *_Atomic *l = sl_link(c, preds[i], i);
-
-		atomic_store_explicit(&e->next[i], atomic_load_explicit(l, memory_order_relaxed),
-				      memory_order_relaxed);
-		atomic_store_explicit(l, e, memory_order_release);
-	}
-}
-
-static void sl_remove(struct pdma_cache *c, struct entry *e)
-{
-	struct entry *preds[SL_MAX];
-
-	sl_find_preds(c, e, preds);
-	for (int i = e->levels - 1; i >= 0; i--) {
-		struct entry *_Atomic *l = sl_link(c, preds[i], i);
-
-		if (atomic_load_explicit(l, memory_order_relaxed) == e)
-			atomic_store_explicit(
-				l, atomic_load_explicit(&e->next[i], memory_order_relaxed),
-				memory_order_release);
-	}
-}
-
-/* First entry with start >= key (reader-safe; *budget bounds the steps). */
-static struct entry *sl_lower_bound(struct pdma_cache *c, uint64_t key, size_t *budget)
-{
-	struct entry *p = NULL, *n = NULL;
-
-	for (int i = SL_MAX - 1; i >= 0; i--) {
-		while ((n = atomic_load_explicit(sl_link(c, p, i), memory_order_acquire)) &&
-		       RLX(n->start) < key) {
-			p = n;
-			if (!--*budget)
-				return NULL;
-		}
-	}
-	return n;
-}
-
-/* ---------------------------------------------------------------------------
- * Lookup (readers and writer).
- */
-static inline bool entry_matches(struct entry *e, const struct pdma_mem_ops *ops, void *be,
-				 enum pdma_hmem_iface iface, uint64_t s, uint64_t end)
-{
-	return RLX(e->start) <= s && RLX(e->end) >= end && RLX(e->ops) == ops &&
-	       RLX(e->be) == be && RLX(e->iface) == (uint8_t)iface;
-}
-
-/* Reference e if it is a valid region covering the request. */
-static inline bool try_hit(struct entry *e, const struct pdma_mem_ops *ops, void *be,
-			   enum pdma_hmem_iface iface, uint64_t s, uint64_t end)
-{
-	if (!entry_matches(e, ops, be, iface, s, end) || !RLX(e->valid) || !entry_tryref(e))
-		return false;
-	/* Referenced: the slot can no longer be recycled; is it still ours? */
-	if (likely(entry_matches(e, ops, be, iface, s, end) &&
-		   atomic_load_explicit(&e->valid, memory_order_acquire)))
-		return true;
-	entry_unref(e);
-	return false;
-}
-
-/*
- * Finds and references a valid covering entry. Readers (limit != 0) run with
- * no lock: every pointer they follow leads to a slab entry (type-stable) or a
- * kept hash table, and every step is bounded (a recycled entry can send a
- * reader down another chain: a false miss, corrected by the locked slow path).
- */
-static __attribute__((noinline)) struct entry *
-lookup_ref(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *be,
-	   enum pdma_hmem_iface iface, uint64_t s, uint64_t end, size_t limit)
-{
-	struct htab *t = atomic_load_explicit(&c->ht, memory_order_acquire);
-	size_t n = limit ? limit : SIZE_MAX;
-	struct entry *e;
-	uint64_t maxlen, lo;
-
-	for (e = atomic_load_explicit(&t->b[hash_start(t, s)], memory_order_acquire); e;
-	     e = atomic_load_explicit(&e->hnext, memory_order_acquire)) {
-		if (RLX(e->start) == s && try_hit(e, ops, be, iface, s, end))
-			return e;
-		if (!--n)
-			return NULL;
-	}
-	/* Inside a region: a covering region starts in [end - maxlen, s). */
-	maxlen = atomic_load_explicit(&c->max_len, memory_order_acquire);
-	if (maxlen <= end - s)
-		return NULL; /* only start == s could cover: the hash said no */
-	lo = end - maxlen > end ? 0 : end - maxlen;
-	if ((s - lo) / ops->page_size <= 8) {
-		/* Few candidate starts: probe the hash for each page. */
-		for (uint64_t p = s - ops->page_size; p >= lo && p < s; p -= ops->page_size) {
-			for (e = atomic_load_explicit(&t->b[hash_start(t, p)], memory_order_acquire);
-			     e; e = atomic_load_explicit(&e->hnext, memory_order_acquire)) {
-				if (RLX(e->start) == p && try_hit(e, ops, be, iface, s, end))
-					return e;
-				if (!--n)
-					return NULL;
-			}
-		}
-		return NULL;
-	}
-	for (e = sl_lower_bound(c, lo, &n); e && RLX(e->start) <= s;
-	     e = atomic_load_explicit(&e->next[0], memory_order_acquire)) {
-		if (try_hit(e, ops, be, iface, s, end))
-			return e;
-		if (!--n)
-			return NULL;
-	}
-	return NULL;
-}
-
-/* ---------------------------------------------------------------------------
- * Index maintenance (writer, under c->lock).
- */
-static int index_grow(struct pdma_cache *c)
-{
-	struct htab *old = atomic_load_explicit(&c->ht, memory_order_relaxed), *t;
-
-	if (2 * c->count < old->mask + 1)
-		return 0;
-	t = htab_new((old->mask + 1) * 2);
-	if (!t)
-		return 0; /* keep the longer chains */
-	/* Moving entries rewrites their chain links while readers may walk the
-	 * old table: a reader can only be sent to another chain or to its end,
-	 * which is a false miss that the locked slow path corrects. */
-	for (size_t i = 0; i <= old->mask; i++) {
-		struct entry *e = atomic_load_explicit(&old->b[i], memory_order_relaxed), *n;
-
-		for (; e; e = n) {
-			size_t b = hash_start(t, e->start);
-
-			n = atomic_load_explicit(&e->hnext, memory_order_relaxed);
-			atomic_store_explicit(&e->hnext,
-					      atomic_load_explicit(&t->b[b], memory_order_relaxed),
-					      memory_order_release);
-			atomic_store_explicit(&t->b[b], e, memory_order_release);
-		}
-	}
-	atomic_store_explicit(&c->ht, t, memory_order_release);
-	/* Readers may still walk it: kept until the cache is freed (the old
-	 * tables add up to less than the current one). */
-	old->rt.next = c->old_tables;
-	c->old_tables = &old->rt;
-	return 0;
-}
-
-static int index_insert(struct pdma_cache *c, struct entry *e)
-{
-	struct htab *t;
-	size_t b;
-
-	e->heap_key = atomic_load_explicit(&e->last_use, memory_order_relaxed);
-	if (heap_push(c, e))
-		return -ENOMEM;
-	index_grow(c);
-	t = atomic_load_explicit(&c->ht, memory_order_relaxed);
-	b = hash_start(t, e->start);
-	if ((e->end - e->start) > atomic_load_explicit(&c->max_len, memory_order_relaxed))
-		atomic_store_explicit(&c->max_len, (e->end - e->start), memory_order_release);
-	sl_insert(c, e);
-	atomic_store_explicit(&e->hnext, atomic_load_explicit(&t->b[b], memory_order_relaxed),
-			      memory_order_relaxed);
-	atomic_store_explicit(&t->b[b], e, memory_order_release);
-	e->indexed = true;
-	c->count++;
-	c->bytes += (e->end - e->start);
-	return 0;
-}
-
-/* Unlink from every structure; the index reference is the caller's to drop. */
-static void index_remove(struct pdma_cache *c, struct entry *e)
-{
-	struct htab *t = atomic_load_explicit(&c->ht, memory_order_relaxed);
-	struct entry *_Atomic *l = &t->b[hash_start(t, e->start)];
-	struct entry *n;
-
-	while ((n = atomic_load_explicit(l, memory_order_relaxed)) && n != e)
-		l = &n->hnext;
-	if (n)
-		atomic_store_explicit(l, atomic_load_explicit(&e->hnext, memory_order_relaxed),
-				      memory_order_release);
-	sl_remove(c, e);
-	heap_remove(c, e);
-	e->indexed = false;
-	c->count--;
-	c->bytes -= (e->end - e->start);
-}
-
-/*
- * Evict unreferenced regions in LRU order (under c->lock) onto *victims
- * (linked through rt.next, unpinned by the caller outside the lock).
- * Matching: same backend if ops != NULL. Stops once need_count regions and
- * need_bytes bytes went, or nothing evictable is left. Returns bytes evicted.
- */
-static size_t evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *be,
-			size_t need_count, size_t need_bytes, struct entry **victims)
-{
-	struct entry **aside = NULL;
-	size_t naside = 0, cap = 0, got = 0, gotb = 0;
-
-	while (c->heap_len && (got < need_count || gotb < need_bytes)) {
-		struct entry *e = c->heap[0];
-		uint64_t lu = atomic_load_explicit(&e->last_use, memory_order_relaxed);
-		int expect = 1;
-
-		if (lu != e->heap_key) {
-			/* Used since it was placed: re-sort by its newer stamp. */
-			e->heap_key = lu;
-			heap_down(c, 0);
-			continue;
-		}
-		if ((ops && (e->ops != ops || e->be != be)) ||
-		    !atomic_compare_exchange_strong_explicit(&e->refcnt, &expect, REF_DEAD,
-							     memory_order_acq_rel,
-							     memory_order_relaxed)) {
-			/* In use or another backend: set aside, keep looking. */
-			if (naside == cap) {
-				size_t n = cap ? cap * 2 : 16;
-				struct entry **a = realloc(aside, n * sizeof(*a));
-
-				if (!a)
-					break;
-				aside = a;
-				cap = n;
-			}
-			aside[naside++] = e;
-			heap_remove(c, e);
-			continue;
-		}
-		index_remove(c, e);
-		e->rt.next = (struct retire *)*victims;
-		*victims = e;
-		got++;
-		gotb += (e->end - e->start);
-		c->st.evictions++;
-	}
-	for (size_t i = 0; i < naside; i++) {
-		aside[i]->heap_key = atomic_load_explicit(&aside[i]->last_use, memory_order_relaxed);
-		if (heap_push(c, aside[i])) {
-			/* Out of memory for the heap: the entry stays indexed but
-			 * can no longer be evicted; it goes at close. */
-			aside[i]->heap_idx = SIZE_MAX;
-		}
-	}
-	free(aside);
-	return gotb;
 }
 
 static void destroy_victims(struct entry *v)
@@ -796,7 +187,7 @@ static void destroy_victims(struct entry *v)
 	while (v) {
 		struct entry *n = (struct entry *)v->rt.next;
 
-		entry_destroy(v);
+		pdma_cache_entry_destroy(v);
 		v = n;
 	}
 }
@@ -817,12 +208,12 @@ static size_t invalidate_locked(struct pdma_cache *c, enum pdma_hmem_iface iface
 	rec->iface = iface;
 	size_t budget = SIZE_MAX;
 
-	for (e = sl_lower_bound(c, lo, &budget); e && e->start < end; e = n) {
+	for (e = pdma_cache_sl_lower_bound(c, lo, &budget); e && e->start < end; e = n) {
 		n = atomic_load_explicit(&e->next[0], memory_order_relaxed);
 		if (e->iface != iface || e->end <= addr)
 			continue;
 		atomic_store_explicit(&e->valid, false, memory_order_release);
-		index_remove(c, e);
+		pdma_cache_index_remove(c, e);
 		e->rt.next = (struct retire *)*drop;
 		*drop = e;
 		cnt++;
@@ -840,9 +231,9 @@ static void drop_list(struct entry *v, bool defer)
 
 		pdma_region_revoke(&v->r); /* our hook finds it unindexed */
 		if (defer)
-			entry_unref_deferred(v);
+			pdma_cache_entry_unref_deferred(v);
 		else
-			entry_unref(v);
+			pdma_cache_entry_unref(v);
 		v = n;
 	}
 }
@@ -888,72 +279,6 @@ static void monitor_cb(void *arg, enum pdma_hmem_iface iface, uint64_t addr, siz
 /* ---------------------------------------------------------------------------
  * Public API.
  */
-static size_t parse_size(const char *s, bool *ok)
-{
-	char *end;
-	unsigned long long v;
-
-	*ok = false;
-	if (!s || !*s)
-		return 0;
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || end == s || *s == '-')
-		return 0;
-	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	case 'g': case 'G': v <<= 30; end++; break;
-	default: break;
-	}
-	if (*end)
-		return 0;
-	*ok = true;
-	return (size_t)v;
-}
-
-static size_t default_max_size(void)
-{
-	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-
-	if (pages <= 0 || psz <= 0)
-		return (size_t)1 << 30;
-	if (cpus <= 0)
-		cpus = 1;
-	return (size_t)pages * (size_t)psz / (size_t)cpus / 2;
-}
-
-void pdma_cache_attr_from_env(struct pdma_cache_attr *attr)
-{
-	const char *v;
-	bool ok;
-	size_t n;
-
-	memset(attr, 0, sizeof(*attr));
-	attr->max_size = default_max_size();
-	attr->max_count = 1024;
-	n = parse_size(getenv("PEERDMA_MR_CACHE_MAX_SIZE"), &ok);
-	if (ok && n)
-		attr->max_size = n;
-	n = parse_size(getenv("PEERDMA_MR_CACHE_MAX_COUNT"), &ok);
-	if (ok)
-		attr->max_count = n;
-	v = getenv("PEERDMA_MR_CACHE_MONITOR");
-	if (v && !strcmp(v, "userfaultfd"))
-		attr->monitor = PDMA_CACHE_MONITOR_USERFAULTFD;
-	else if (v && !strcmp(v, "memhooks"))
-		attr->monitor = PDMA_CACHE_MONITOR_MEMHOOKS;
-	else if (v && !strcmp(v, "disabled"))
-		attr->monitor = PDMA_CACHE_MONITOR_DISABLED;
-	v = getenv("PEERDMA_MR_CUDA_CACHE_MONITOR_ENABLED");
-	if (v && !strcmp(v, "0"))
-		attr->mode[PDMA_HMEM_CUDA] = PDMA_CACHE_MODE_OFF;
-	v = getenv("PEERDMA_MR_CUDA_CACHE_TAG_CHECK");
-	if (v && !strcmp(v, "0") && attr->mode[PDMA_HMEM_CUDA] != PDMA_CACHE_MODE_OFF)
-		attr->mode[PDMA_HMEM_CUDA] = PDMA_CACHE_MODE_TRUST;
-}
-
 int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cache)
 {
 	struct pdma_cache *c;
@@ -970,14 +295,14 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 	memset(c, 0, sizeof(*c));
 	c->attr = *attr;
 	if (!c->attr.max_size)
-		c->attr.max_size = default_max_size();
+		c->attr.max_size = pdma_cache_default_max_size();
 	c->passthrough = attr->max_count == 0;
 	c->id = atomic_fetch_add(&cache_ids, 1);
 	atomic_init(&c->live, 1);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->slab_lock, NULL);
 	c->entry_size = (sizeof(struct entry) + SL_MAX * sizeof(struct entry *) + 63) & ~(size_t)63;
-	atomic_init(&c->ht, htab_new(64));
+	atomic_init(&c->ht, pdma_cache_htab_new(64));
 	if (!atomic_load(&c->ht)) {
 		pthread_mutex_destroy(&c->slab_lock);
 		pthread_mutex_destroy(&c->lock);
@@ -1040,7 +365,7 @@ void pdma_cache_close(struct pdma_cache *c)
 	while (c->heap_len) {
 		struct entry *e = c->heap[0];
 
-		index_remove(c, e);
+		pdma_cache_index_remove(c, e);
 		e->rt.next = (struct retire *)drop;
 		drop = e;
 	}
@@ -1048,7 +373,7 @@ void pdma_cache_close(struct pdma_cache *c)
 	for (struct entry *e = atomic_load_explicit(&c->head[0], memory_order_relaxed), *n; e;
 	     e = n) {
 		n = atomic_load_explicit(&e->next[0], memory_order_relaxed);
-		index_remove(c, e);
+		pdma_cache_index_remove(c, e);
 		e->rt.next = (struct retire *)drop;
 		drop = e;
 	}
@@ -1058,7 +383,7 @@ void pdma_cache_close(struct pdma_cache *c)
 	while (drop) {
 		struct entry *n = (struct entry *)drop->rt.next;
 
-		entry_unref(drop);
+		pdma_cache_entry_unref(drop);
 		drop = n;
 	}
 	deferred_run(c);
@@ -1066,7 +391,7 @@ void pdma_cache_close(struct pdma_cache *c)
 		pdma_uffd_monitor_stop();
 	if (c->memhooks)
 		pdma_memhooks_monitor_stop();
-	cache_unref(c);
+	pdma_cache_cache_unref(c);
 }
 
 void pdma_cache_region_revoked(struct pdma_region *r)
@@ -1078,14 +403,14 @@ void pdma_cache_region_revoked(struct pdma_region *r)
 	atomic_store_explicit(&e->valid, false, memory_order_release);
 	pthread_mutex_lock(&c->lock);
 	if (e->indexed) {
-		index_remove(c, e);
+		pdma_cache_index_remove(c, e);
 		c->st.invalidations++;
 		drop = true;
 	}
 	pthread_mutex_unlock(&c->lock);
 	/* An unpin here would wait for this very callback in the sim backend. */
 	if (drop)
-		entry_unref_deferred(e);
+		pdma_cache_entry_unref_deferred(e);
 }
 
 size_t pdma_cache_invalidate(struct pdma_cache *c, enum pdma_hmem_iface iface, uint64_t addr,
@@ -1104,7 +429,7 @@ size_t pdma_cache_flush(struct pdma_cache *c)
 
 	deferred_run(c);
 	pthread_mutex_lock(&c->lock);
-	evict_lru(c, NULL, NULL, SIZE_MAX, SIZE_MAX, &v);
+	pdma_cache_evict_lru(c, NULL, NULL, SIZE_MAX, SIZE_MAX, &v);
 	pthread_mutex_unlock(&c->lock);
 	for (struct entry *e = v; e; e = (struct entry *)e->rt.next)
 		n++;
@@ -1152,7 +477,7 @@ static void reject_stale(struct pdma_cache *c, struct entry *e)
 	atomic_store_explicit(&e->valid, false, memory_order_release);
 	pthread_mutex_lock(&c->lock);
 	if (e->indexed) {
-		index_remove(c, e);
+		pdma_cache_index_remove(c, e);
 		c->st.invalidations++;
 		drop = e;
 		e->rt.next = NULL;
@@ -1162,29 +487,13 @@ static void reject_stale(struct pdma_cache *c, struct entry *e)
 		drop_list(drop, false);
 	else
 		pdma_region_revoke(&e->r);
-	entry_unref(e); /* the caller's lookup reference */
+	pdma_cache_entry_unref(e); /* the caller's lookup reference */
 }
 
 static inline void uffd_wait(void)
 {
 	while (atomic_load_explicit(&pdma_uffd_seq, memory_order_acquire) & 1)
 		sched_yield();
-}
-
-/* The skip-list height of a new entry (thread-local generator: no lock). */
-static int random_level(void)
-{
-	static TLS uint64_t x;
-	int l = 1;
-
-	if (unlikely(!x))
-		x = 0x2545F4914F6CDD1Dull ^ (uint64_t)(uintptr_t)&x;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	for (uint64_t y = x; l < SL_MAX && (y & 3) == 0; y >>= 2)
-		l++;
-	return l;
 }
 
 /*
@@ -1203,7 +512,7 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 	size_t plen = (size_t)(end - s);
 	struct entry *e, *victims = NULL;
 	bool cacheable, watched = true, indexed = false;
-	int levels = random_level(), ret;
+	int levels = pdma_cache_random_level(), ret;
 	uint64_t seq = 0;
 
 	cacheable = mode == PDMA_CACHE_MODE_TRUST || (mode == PDMA_CACHE_MODE_TAG_CHECK && id);
@@ -1213,7 +522,7 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 	if (mode != PDMA_CACHE_MODE_OFF) {
 		for (;;) {
 			pthread_mutex_lock(&c->lock);
-			e = lookup_ref(c, ops, be, iface, s, end, 0);
+			e = pdma_cache_lookup_ref(c, ops, be, iface, s, end, 0);
 			if (!e)
 				break;
 			c->st.slow_hits++;
@@ -1229,7 +538,7 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 		/* Full: unpin LRU regions before pinning (frees BAR too). */
 		if (cacheable &&
 		    (c->count + 1 > c->attr.max_count || c->bytes + plen > c->attr.max_size))
-			evict_lru(c, NULL, NULL,
+			pdma_cache_evict_lru(c, NULL, NULL,
 				  c->count + 1 > c->attr.max_count ?
 					  c->count + 1 - c->attr.max_count : 0,
 				  c->bytes + plen > c->attr.max_size ?
@@ -1240,7 +549,7 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 		victims = NULL;
 	}
 
-	e = slab_alloc(c);
+	e = pdma_cache_slab_alloc(c);
 	if (!e)
 		return -ENOMEM;
 	/* Readers holding a stale pointer may look at this slot at any time:
@@ -1274,7 +583,7 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 			break;
 		/* BAR or lock limit: unpin LRU regions of this backend, retry. */
 		pthread_mutex_lock(&c->lock);
-		freed = evict_lru(c, ops, be, 1, plen, &victims);
+		freed = pdma_cache_evict_lru(c, ops, be, 1, plen, &victims);
 		if (freed)
 			c->st.enomem_retries++;
 		pthread_mutex_unlock(&c->lock);
@@ -1284,8 +593,8 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 		victims = NULL;
 	}
 	if (ret) {
-		slab_free(c, e); /* still DEAD: stale readers back off */
-		cache_unref(c);
+		pdma_cache_slab_free(c, e); /* still DEAD: stale readers back off */
+		pdma_cache_cache_unref(c);
 		return ret;
 	}
 	/* Pinned: revive the count (keeping in-flight transient increments);
@@ -1304,12 +613,12 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 	    !atomic_load_explicit(&e->valid, memory_order_acquire)) {
 		/* Revoked before it was indexed: the memory is gone. */
 		pthread_mutex_unlock(&c->lock);
-		entry_unref(e);
+		pdma_cache_entry_unref(e);
 		return -EFAULT;
 	}
 	if (watched && !inval_since(c, seq, iface, s, end)) {
 		if (c->count + 1 > c->attr.max_count || c->bytes + plen > c->attr.max_size)
-			evict_lru(c, NULL, NULL,
+			pdma_cache_evict_lru(c, NULL, NULL,
 				  c->count + 1 > c->attr.max_count ?
 					  c->count + 1 - c->attr.max_count : 0,
 				  c->bytes + plen > c->attr.max_size ?
@@ -1317,7 +626,7 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 				  &victims);
 		if (c->count + 1 <= c->attr.max_count && c->bytes + plen <= c->attr.max_size) {
 			atomic_fetch_add_explicit(&e->refcnt, 1, memory_order_relaxed);
-			if (index_insert(c, e))
+			if (pdma_cache_index_insert(c, e))
 				atomic_fetch_sub_explicit(&e->refcnt, 1, memory_order_relaxed);
 			else
 				indexed = true;
@@ -1366,7 +675,7 @@ int pdma_cache_get(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *b
 
 		e = atomic_load_explicit(&t->b[hash_start(t, s)], memory_order_acquire);
 		if (!e || RLX(e->start) != s || !try_hit(e, ops, be, iface, s, end))
-			e = lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
+			e = pdma_cache_lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
 	}
 	if (likely(e)) {
 		if (likely(hit_fresh(c, e, alloc, iface, addr, len))) {
@@ -1392,7 +701,7 @@ int pdma_cache_find(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 		return -EINVAL;
 	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
 		uffd_wait();
-	e = lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
+	e = pdma_cache_lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
 	if (!e)
 		return -ENOENT;
 	*region = &e->r;
@@ -1405,5 +714,5 @@ void pdma_cache_put(struct pdma_cache *c, struct pdma_region *r)
 
 	(void)c;
 	atomic_store_explicit(&e->last_use, lru_stamp(), memory_order_relaxed);
-	entry_unref(e);
+	pdma_cache_entry_unref(e);
 }
