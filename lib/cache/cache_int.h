@@ -126,7 +126,7 @@ struct pdma_cache {
 	/* Entry slab: 2 MiB chunks (huge pages where the kernel gives them), so
 	 * that the hot lines of many regions share few TLB entries. */
 	pthread_mutex_t slab_lock;
-	struct entry *pdma_cache_slab_free;
+	struct entry *slab_free;
 	void *chunks;                  /* linked through their first word */
 	size_t entry_size;
 
@@ -176,7 +176,7 @@ int pdma_cache_random_level(void);
 /* lru.c: the heap of indexed entries by LRU stamp, and eviction. */
 int pdma_cache_heap_push(struct pdma_cache *c, struct entry *e);
 void pdma_cache_heap_remove(struct pdma_cache *c, struct entry *e);
-size_t pdma_cache_evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *be,
+size_t pdma_cache_evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops, const void *be,
 		 size_t need_count, size_t need_bytes, struct entry **victims);
 
 /* env.c */
@@ -205,7 +205,7 @@ static inline bool entry_tryref(struct entry *e)
 /* ---------------------------------------------------------------------------
  * Lookup (readers and writer).
  */
-static inline bool entry_matches(struct entry *e, const struct pdma_mem_ops *ops, void *be,
+static inline bool entry_matches(struct entry *e, const struct pdma_mem_ops *ops, const void *be,
 				 enum pdma_hmem_iface iface, uint64_t s, uint64_t end)
 {
 	return RLX(e->start) <= s && RLX(e->end) >= end && RLX(e->ops) == ops &&

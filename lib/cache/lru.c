@@ -100,7 +100,7 @@ void pdma_cache_heap_remove(struct pdma_cache *c, struct entry *e)
  * Matching: same backend if ops != NULL. Stops once need_count regions and
  * need_bytes bytes went, or nothing evictable is left. Returns bytes evicted.
  */
-size_t pdma_cache_evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *be,
+size_t pdma_cache_evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops, const void *be,
 			size_t need_count, size_t need_bytes, struct entry **victims)
 {
 	struct entry **aside = NULL;

@@ -15,7 +15,7 @@
 /* ---------------------------------------------------------------------------
  * Entry slab.
  */
-/* A 2 MiB-aligned chunk, carved into DEAD entries on c->pdma_cache_slab_free. */
+/* A 2 MiB-aligned chunk, carved into DEAD entries on c->slab_free. */
 static int slab_grow(struct pdma_cache *c)
 {
 	char *m = mmap(NULL, 2 * SLAB_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -46,21 +46,21 @@ static int slab_grow(struct pdma_cache *c)
 	pthread_mutex_lock(&c->slab_lock);
 	*(void **)a = c->chunks;
 	c->chunks = a;
-	last->rt.next = (struct retire *)c->pdma_cache_slab_free;
-	c->pdma_cache_slab_free = first;
+	last->rt.next = (struct retire *)c->slab_free;
+	c->slab_free = first;
 	pthread_mutex_unlock(&c->slab_lock);
 	return 0;
 }
 
 struct entry *pdma_cache_slab_alloc(struct pdma_cache *c)
 {
-	struct entry *e;
-
 	for (;;) {
+		struct entry *e;
+
 		pthread_mutex_lock(&c->slab_lock);
-		e = c->pdma_cache_slab_free;
+		e = c->slab_free;
 		if (e)
-			c->pdma_cache_slab_free = (struct entry *)e->rt.next;
+			c->slab_free = (struct entry *)e->rt.next;
 		pthread_mutex_unlock(&c->slab_lock);
 		if (e || slab_grow(c))
 			return e;
@@ -70,8 +70,8 @@ struct entry *pdma_cache_slab_alloc(struct pdma_cache *c)
 void pdma_cache_slab_free(struct pdma_cache *c, struct entry *e)
 {
 	pthread_mutex_lock(&c->slab_lock);
-	e->rt.next = (struct retire *)c->pdma_cache_slab_free;
-	c->pdma_cache_slab_free = e;
+	e->rt.next = (struct retire *)c->slab_free;
+	c->slab_free = e;
 	pthread_mutex_unlock(&c->slab_lock);
 }
 

@@ -82,7 +82,6 @@ static const struct sym syms[] = {
 int pdma_cu_api_open(const char *path, struct pdma_cu_api *api, char *msg, size_t msglen)
 {
 	pdma_cu_result r;
-	const char *err;
 	void *h;
 	int n = 0;
 
@@ -95,7 +94,8 @@ int pdma_cu_api_open(const char *path, struct pdma_cu_api *api, char *msg, size_
 	 * hooks of monitor_cuda.c) never bind to this copy by accident. */
 	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
-		err = dlerror();
+		const char *err = dlerror();
+
 		set_msg(msg, msglen,
 			"CUDA driver not available: cannot load %s (%s): is the NVIDIA driver installed?",
 			path, err ? err : "unknown error");

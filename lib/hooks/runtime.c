@@ -25,7 +25,7 @@ typedef void *cuda_stream;       /* cudaStream_t */
 /* The runtime's own function: the next definition after this library, or,
  * where the runtime was loaded in a way RTLD_NEXT does not reach, the loaded
  * runtime library's own symbol. Never this library's. */
-static void *real_sym(const char *name, void *self)
+static void *real_sym(const char *name, const void *self)
 {
 	static const char *const libs[] = { "libcudart.so.13", "libcudart.so.12",
 					    "libcudart.so.11.0", "libcudart.so" };

@@ -948,7 +948,8 @@ void pdma_cuda_invalidate(uint64_t addr, size_t len)
 	pdma_cuda_release_end(&rel);
 }
 
-void pdma_cuda_release_context_begin(struct pdma_cuda_release *rel, void *cuctx, int device)
+void pdma_cuda_release_context_begin(struct pdma_cuda_release *rel, const void *cuctx,
+				     int device)
 {
 	struct range { uint64_t b; size_t l; } *v = NULL;
 	struct cuda_pin *list = NULL;

@@ -190,7 +190,8 @@ void pdma_cuda_release_end(struct pdma_cuda_release *rel);
 /* Context destroyed / reset: like release_begin for every pin whose allocation
  * belongs to the CUDA context cuctx or, with cuctx NULL, to device ordinal
  * device (-1: every device); pins in progress meanwhile fail. */
-void pdma_cuda_release_context_begin(struct pdma_cuda_release *rel, void *cuctx, int device);
+void pdma_cuda_release_context_begin(struct pdma_cuda_release *rel, const void *cuctx,
+				     int device);
 /* release_begin + release_end at once (callers that free through paths the
  * hooks cannot see call it before freeing). */
 void pdma_cuda_invalidate(uint64_t addr, size_t len);

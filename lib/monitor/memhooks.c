@@ -158,6 +158,8 @@ static void mh_write_slot(void **slot, void *val, uintptr_t relro_lo, uintptr_t 
 		mprotect((void *)page, (size_t)pg, PROT_READ);
 }
 
+/* cppcheck does not know glibc's ElfW() (link.h): the types are right here. */
+// cppcheck-suppress unknownMacro
 static void mh_patch_relocs(ElfW(Addr) base, const ElfW(Rela) *rel, size_t n,
 			    const ElfW(Sym) *symtab, const char *strtab, uintptr_t relro_lo,
 			    uintptr_t relro_hi)
