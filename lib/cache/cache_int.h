@@ -177,7 +177,7 @@ int pdma_cache_random_level(void);
 int pdma_cache_heap_push(struct pdma_cache *c, struct entry *e);
 void pdma_cache_heap_remove(struct pdma_cache *c, struct entry *e);
 size_t pdma_cache_evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops, const void *be,
-		 size_t need_count, size_t need_bytes, struct entry **victims);
+			    size_t need_count, size_t need_bytes, struct entry **victims);
 
 /* env.c */
 size_t pdma_cache_default_max_size(void);

@@ -101,7 +101,7 @@ void pdma_cache_heap_remove(struct pdma_cache *c, struct entry *e)
  * need_bytes bytes went, or nothing evictable is left. Returns bytes evicted.
  */
 size_t pdma_cache_evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops, const void *be,
-			size_t need_count, size_t need_bytes, struct entry **victims)
+			    size_t need_count, size_t need_bytes, struct entry **victims)
 {
 	struct entry **aside = NULL;
 	size_t naside = 0, cap = 0, got = 0, gotb = 0;
