@@ -104,12 +104,20 @@ static void test_raw_attr_too_small(void **state)
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 
+static void test_strerror(void **state)
+{
+	(void)state;
+	assert_string_equal(pdma_strerror(-ERANGE), "Buffer too small");
+	assert_string_equal(pdma_strerror(-ENOKEY), "Required key not available");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_to_fi_every_code),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_raw_attr_too_small),
+		cmocka_unit_test(test_strerror),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
