@@ -21,6 +21,7 @@
 #include <stdbool.h>
 
 #include "cache/region.h"
+#include "monitor/monitor.h"
 
 struct pdma_cache;
 
@@ -116,24 +117,5 @@ struct pdma_cache_stats {
 	enum pdma_cache_mode mode[PDMA_CACHE_NIFACE]; /* effective modes */
 };
 void pdma_cache_get_stats(struct pdma_cache *cache, struct pdma_cache_stats *stats);
-
-/*
- * Host memory monitors (lib/monitor/: uffd.c, memhooks.c), process-wide, reference counted by
- * the caches that use them. They report through pdma_monitor_notify().
- */
-/* userfaultfd: -errno if the kernel refuses it (then nothing was started). */
-int pdma_uffd_monitor_start(void);
-void pdma_uffd_monitor_stop(void);
-/* Watch a page-aligned host range; -errno if it cannot be watched (the
- * cache then does not index the region). */
-int pdma_uffd_monitor_watch(uint64_t start, size_t len);
-/* memhooks: -ENOSYS if the symbols cannot be found (nothing installed). */
-int pdma_memhooks_monitor_start(void);
-void pdma_memhooks_monitor_stop(void);
-/* Odd while the monitor thread is between reading events and finishing their
- * invalidation: a lookup that sees it odd waits, so an munmap that returned
- * (the kernel waits until its event is read) can never be followed by a hit
- * on the old pages. */
-extern _Atomic unsigned pdma_uffd_seq;
 
 #endif /* PDMA_LIB_CACHE_H */

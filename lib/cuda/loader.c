@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Run-time loading of the CUDA driver (libcuda.so.1): see cuda_api.h.
+ * Run-time loading of the CUDA driver (libcuda.so.1): see api.h.
  * libpeerdma never links libcuda; a machine without the NVIDIA driver gets
  * -ENODEV and a message naming what is missing.
  */
@@ -91,7 +91,7 @@ int pdma_cu_api_open(const char *path, struct pdma_cu_api *api, char *msg, size_
 	if (!path || !*path)
 		path = "libcuda.so.1";
 	/* RTLD_LOCAL: the process's own symbol lookup (and the interposed
-	 * hooks of monitor_cuda.c) never bind to this copy by accident. */
+	 * hooks of libpeerdma_cuda_hooks.so) never bind to this copy by accident. */
 	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		const char *err = dlerror();

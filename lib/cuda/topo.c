@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * PCIe path classes from sysfs: see cuda_topo.h.
+ * PCIe path classes from sysfs: see topo.h.
  *
  * A device's sysfs path lists the bridges above it:
  *   /sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:05:00.0

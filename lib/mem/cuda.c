@@ -3,14 +3,6 @@
  * The cuda memory backend: see cuda.h for what it does and why, cuda_int.h
  * for how its files divide it. This one: the driver, devices, logging,
  * pointer classification, the flush rule and the tag check.
- *
- * Live pins sit on one process-wide list so that the deallocation hooks
- * (monitor_cuda.c), which know no domain, can revoke them before the memory
- * is released. The list is touched by pin, unpin and the hooks only: never
- * on a cache hit. A pin joins it (pending) before the driver is asked about
- * its memory, and releases in progress are listed too, so that a free racing
- * with a pin makes the pin fail (-EFAULT) rather than outlive the memory.
- * Revocation callbacks run without the list's lock (they wait for DMA).
  */
 #include <errno.h>
 #include <pthread.h>

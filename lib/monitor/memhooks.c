@@ -31,12 +31,12 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
 
-#include "cache/cache.h"
 #include "monitor/monitor.h"
 
 static pthread_mutex_t mh_lock = PTHREAD_MUTEX_INITIALIZER;

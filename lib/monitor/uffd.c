@@ -37,7 +37,6 @@
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 
-#include "cache/cache.h"
 #include "monitor/monitor.h"
 
 _Atomic unsigned pdma_uffd_seq;
