@@ -7,9 +7,14 @@ build=$1 cc=$2
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for f in include/peerdma/mr.h include/peerdma/sim.h bin/peerdma; do
+for f in include/peerdma/mr.h bin/peerdma; do
 	[ -e "$prefix/$f" ] || { echo "install-test: $f not installed"; exit 1; }
 done
+# The simulated device is for tests and the demo, not public API.
+[ ! -e "$prefix/include/peerdma/sim.h" ] || { echo "install-test: sim.h installed"; exit 1; }
+# The opt-in CUDA hook library sits next to libpeerdma.
+[ -n "$(find "$prefix" -name libpeerdma_cuda_hooks.so)" ] ||
+	{ echo "install-test: libpeerdma_cuda_hooks.so not installed"; exit 1; }
 pc=$(find "$prefix" -name peerdma.pc | head -n1)
 [ -n "$pc" ] || { echo "install-test: peerdma.pc not installed"; exit 1; }
 export PKG_CONFIG_PATH=$(dirname "$pc")

@@ -20,7 +20,7 @@
 
 #include "cmd.h"
 #include "peerdma/mr.h"
-#include "peerdma/sim.h"
+#include "mem/sim.h"
 
 #define RW (PDMA_READ | PDMA_WRITE | PDMA_REMOTE_READ | PDMA_REMOTE_WRITE)
 

@@ -13,7 +13,7 @@
 
 #include "cmd.h"
 #include "peerdma/mr.h"
-#include "peerdma/sim.h"
+#include "mem/sim.h"
 #ifdef PDMA_HAVE_INGEST_DEMO
 #include "loopback/demo.h"
 #endif

@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "cuda_topo.h"
-#include "mem_cuda.h"
+#include "cuda/topo.h"
+#include "mem/cuda.h"
 
 /* ------------------------------------------------------------------ NVML */
 

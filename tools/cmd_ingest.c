@@ -14,7 +14,7 @@
 #include "cmd.h"
 #include "ingest.h"
 #include "peerdma/mr.h"
-#include "peerdma/sim.h"
+#include "mem/sim.h"
 
 /* The one global: a signal handler can reach nothing else. */
 static volatile sig_atomic_t got_signal;

@@ -8,7 +8,7 @@
  *     memory through cuMemHostRegister for comparison.
  *  2. A cache hit on GPU memory: with the per-use tag check vs trusting the
  *     deallocation hooks, vs a hit on host memory. Measured twice:
- *     a) through lib/cache.c (pdma_cache_get + pdma_cache_put): CUDA in
+ *     a) through lib/cache/ (pdma_cache_get + pdma_cache_put): CUDA in
  *        TAG_CHECK mode (the cache calls ops->query per hit), CUDA in TRUST
  *        mode (hooks), host memory in TRUST mode (userfaultfd monitor);
  *     b) in a minimal harness (binary search over sorted regions), isolating
@@ -27,9 +27,9 @@
 
 #include "peerdma/mr.h"
 
-#include "cache.h"
-#include "cuda_api.h"
-#include "mem_cuda.h"
+#include "cache/cache.h"
+#include "cuda/api.h"
+#include "mem/cuda.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * 1024)
@@ -475,11 +475,11 @@ static json_t *bench_hits(void)
 	printf("%-44s %10s %10s %10s %14s\n", "", "GPU tag", "GPU hooks", "host", "hooks/host");
 	if (ok_tag && ok_trust && ok_host)
 		printf("%-44s %10.1f %10.1f %10.1f %14.2f\n",
-		       "lib/cache.c query+get+put / get+put", c_tag, c_trust, c_host,
+		       "lib/cache/ query+get+put / get+put", c_tag, c_trust, c_host,
 		       c_trust / c_host);
 	else
 		printf("%-44s %10.1f %10.1f %10.1f %14s\n",
-		       "lib/cache.c get+put (-1: not cached)", c_tag, c_trust, c_host,
+		       "lib/cache/ get+put (-1: not cached)", c_tag, c_trust, c_host,
 		       "n/a");
 	printf("%-44s %10.1f %10.1f %10.1f %14.2f\n", "pdma_mr_regattr+close, cached (public API)",
 	       mr_line[0], mr_line[1], mr_line[2], mr_line[1] / mr_line[2]);

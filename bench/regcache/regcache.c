@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * bench_regcache: peerdma's registration cache (lib/cache.c) against UCX's
+ * bench_regcache: peerdma's registration cache (lib/cache/) against UCX's
  * registration cache (ucs_rcache, UCX 1.13 API, called directly), the same
  * workloads in the same run, interleaved repetition by repetition.
  *
@@ -34,8 +34,8 @@
 #include <jansson.h>
 #include <ucs/memory/rcache.h>
 
-#include "cache.h"
-#include "peerdma/sim.h"
+#include "cache/cache.h"
+#include "mem/sim.h"
 
 #define HPG 4096ull
 #define STRIDE (2 * HPG)

@@ -6,10 +6,15 @@
  * optional event queue. An MR pins a set of buffers (host, CUDA or simulated
  * GPU memory) for device DMA and names them with a key and a descriptor.
  *
- * Errors: every call that can fail returns 0 or a negative errno value
- * (libfabric's fi_errno codes map onto errno: FI_EINVAL -> -EINVAL,
- * FI_ENOKEY -> -ENOKEY, FI_EKEYREJECTED -> -EKEYREJECTED, FI_ETOOSMALL ->
- * -ETOOSMALL (defined below where libc lacks it), FI_EBUSY -> -EBUSY, ...).
+ * Errors: every call that can fail returns 0 or a negative errno value, and
+ * nothing else. Where libfabric's fi_errno code is the errno value itself
+ * (FI_EINVAL, FI_ENOMEM, FI_EFAULT, FI_EBUSY, FI_EAGAIN, FI_EACCES, FI_ENOSYS,
+ * FI_EOPNOTSUPP, FI_EKEYREJECTED, FI_ENODEV, FI_ENOSPC, FI_EOVERFLOW, ...) the
+ * numbers agree. Two codes that libfabric numbers on its own do not:
+ *   -ENOKEY  (key unknown or in use)        is libfabric's -FI_ENOKEY (266)
+ *   -ERANGE  (caller's buffer too small)    is libfabric's -FI_ETOOSMALL (257)
+ * pdma_errno_to_fi() and pdma_errno_from_fi() convert; errno values with no
+ * libfabric code (-ESTALE, -EPROTO, -EEXIST) become -FI_EOTHER (256).
  *
  * Thread safety: a domain may be used from many threads at once; all calls on
  * distinct MRs of one domain may run concurrently. Calls on the same MR must
@@ -26,10 +31,6 @@
 
 #ifdef __cplusplus
 extern "C" {
-#endif
-
-#ifndef ETOOSMALL
-#define ETOOSMALL 525 /* the value Linux uses internally and libfabric mirrors */
 #endif
 
 /* Domain mr_mode bits (fi_mr(3) "MEMORY REGISTRATION MODES"). */
@@ -64,7 +65,7 @@ extern "C" {
 enum pdma_hmem_iface {
 	PDMA_HMEM_SYSTEM = 0, /* host memory */
 	PDMA_HMEM_CUDA = 1,   /* CUDA device memory (libcuda loaded at run time) */
-	PDMA_HMEM_SIM = 2,    /* simulated GPU memory (include/peerdma/sim.h) */
+	PDMA_HMEM_SIM = 2,    /* simulated GPU memory (test builds: lib/mem/sim.h) */
 };
 
 struct pdma_domain;
@@ -79,7 +80,8 @@ struct pdma_domain_attr {
 	size_t mr_key_size;      /* bytes of a non-raw key: 1..8 (0 means 8) */
 	size_t mr_iov_limit;     /* max iov entries per MR (0 means 4) */
 	size_t raw_key_size;     /* bytes of a raw key under PDMA_MR_RAW (0 means 16, min 12) */
-	struct pdma_sim *sim;    /* simulated GPU + DMA device for PDMA_HMEM_SIM; may be NULL */
+	struct pdma_sim *sim;    /* simulated GPU + DMA device for PDMA_HMEM_SIM (test builds,
+				  * static library: lib/mem/sim.h); NULL otherwise */
 	int use_cache;           /* 1: registrations go through the registration cache */
 	const char *kernel_device; /* non-NULL (e.g. "/dev/peerdma"): pin host memory through
 				    * the kernel module (pin_user_pages + MMU notifier, revocation
@@ -123,6 +125,8 @@ uint64_t pdma_mr_key(const struct pdma_mr *mr);
 void *pdma_mr_desc(const struct pdma_mr *mr);
 void *pdma_mr_context(const struct pdma_mr *mr);
 
+/* -ERANGE (libfabric's FI_ETOOSMALL) when *key_size is smaller than the raw
+ * key; *key_size then holds the size needed. */
 int pdma_mr_raw_attr(const struct pdma_mr *mr, uint64_t *base_addr, uint8_t *raw_key,
 		     size_t *key_size, uint64_t flags);
 int pdma_mr_map_raw(struct pdma_domain *domain, uint64_t base_addr, const uint8_t *raw_key,
@@ -158,7 +162,16 @@ int pdma_eq_close(struct pdma_eq *eq);
 typedef void (*pdma_log_fn)(void *arg, int level, const char *msg);
 void pdma_domain_set_log(struct pdma_domain *domain, pdma_log_fn fn, void *arg);
 
+/* Text for a negative (or positive) errno value returned by peerdma. */
 const char *pdma_strerror(int err);
+/* A peerdma return value as libfabric's fi_errno code, keeping the sign (0
+ * stays 0): the same number where libfabric uses errno, -FI_ENOKEY for -ENOKEY,
+ * -FI_ETOOSMALL for -ERANGE, -FI_EOTHER for errno values libfabric lacks. */
+int pdma_errno_to_fi(int err);
+/* The reverse: libfabric's code as a negative errno value (sign kept).
+ * FI_ETOOSMALL -> ERANGE, FI_ENOKEY -> ENOKEY, FI_EBADFLAGS -> EINVAL,
+ * FI_EOPBADSTATE -> EBUSY, FI_ETRUNC -> EMSGSIZE, other FI-only codes -> EIO. */
+int pdma_errno_from_fi(int fi_err);
 
 #ifdef __cplusplus
 }

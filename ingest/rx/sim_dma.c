@@ -10,7 +10,7 @@
 
 #include "deframe/deframe.h"
 #include "peerdma/mr.h"
-#include "peerdma/sim.h"
+#include "mem/sim.h"
 #include "rx/rx.h"
 
 struct pdma_rx_sim_dma {

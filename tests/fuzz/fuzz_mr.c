@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "peerdma/mr.h"
-#include "peerdma/sim.h"
+#include "mem/sim.h"
 
 #define NSLOT 8
 
@@ -54,7 +54,7 @@ static const int reg_errs[] = { EINVAL, EFAULT, ENOMEM, ENOKEY, EKEYREJECTED, EO
 				ENODEV, EAGAIN, ENOSPC, EOVERFLOW, 0 };
 static const int dma_errs[] = { EINVAL, EFAULT, ENOKEY, EACCES, EAGAIN, 0 };
 static const int misc_errs[] = { EINVAL, EBUSY, ENOKEY, EKEYREJECTED, EOPNOTSUPP, ENOSYS,
-				 ETOOSMALL, ENOMEM, EFAULT, 0 };
+				 ERANGE, ENOMEM, EFAULT, 0 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -42,23 +42,33 @@ bdir=$(ctest_dir "$build" "$src")
 } 2>&1 | tee "$out/info.log"
 
 {
-	hook=$build/libpeerdma_cudart_hook.so
+	hook=$build/libpeerdma_cuda_hooks.so
 	lib=$build/libpeerdma.so.0
+	# libpeerdma.so exports its public API only: the detection it runs
+	# (pdma_cuda_hooks_installed, lib/monitor/cuda.c) is redone here.
 	py='import ctypes
 l = ctypes.CDLL(None)
-l.pdma_cuda_hooks_installed.restype = ctypes.c_bool
-print("hooks installed (no CUDA runtime loaded yet):", l.pdma_cuda_hooks_installed())
+def addr(n):
+    try:
+        return ctypes.cast(getattr(l, n), ctypes.c_void_p).value
+    except AttributeError:
+        return None
+def installed():
+    d, dh = addr("cuMemFree_v2"), addr("pdma_cuda_hook_cuMemFree_v2")
+    r, rh = addr("cudaFree"), addr("pdma_cuda_hook_cudaFree")
+    return bool(dh) and d == dh and bool(rh) and (r is None or r == rh)
+print("hooks installed (no CUDA runtime loaded yet):", installed())
 import torch
 x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
-print("hooks installed (PyTorch and its libcudart loaded):", l.pdma_cuda_hooks_installed())
+print("hooks installed (PyTorch and its libcudart loaded):", installed())
 del x
 torch.cuda.empty_cache()
 try:
-    print("runtime hook calls after torch.cuda.empty_cache():", l.pdma_cudart_hook_calls())
+    print("hook calls after torch.cuda.empty_cache():", l.pdma_cuda_hooks_calls())
 except AttributeError:
-    print("runtime hook not loaded")'
-	echo "== LD_PRELOAD=libpeerdma.so.0"
+    print("hook library not loaded")'
+	echo "== LD_PRELOAD=libpeerdma.so.0 (links no hooks: not installed)"
 	LD_PRELOAD=$lib python3 -c "$py"
-	echo "== LD_PRELOAD=libpeerdma.so.0 libpeerdma_cudart_hook.so"
+	echo "== LD_PRELOAD=libpeerdma.so.0 libpeerdma_cuda_hooks.so"
 	LD_PRELOAD="$lib $hook" python3 -c "$py"
 } 2>&1 | tee "$out/hooks.log"

@@ -20,12 +20,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_api.h"
-#include "mem_cuda.h"
-#include "monitor.h"
-#include "region.h"
+#include "cuda/api.h"
+#include "mem/cuda.h"
+#include "monitor/monitor.h"
+#include "cache/region.h"
 
-/* The interposed driver entry points of lib/monitor_cuda.c (linked in). */
+/* The hooked driver entry points (libpeerdma_cuda_hooks.so, linked in). */
 pdma_cu_result cuMemFree_v2(pdma_cu_ptr dptr);
 pdma_cu_result cuMemHostUnregister(void *p);
 pdma_cu_result cuCtxDestroy_v2(pdma_cu_ctx ctx);
@@ -623,11 +623,12 @@ static void test_hook_context_destroy(void **state)
 static void test_monitor_mode(void **state)
 {
 	(void)state;
-	/* Statically linked test: the hooks bind this program's own calls only;
-	 * the process-wide lookup does not reach them, so auto means tag. */
+	/* This test links the hook library (PDMA_HOOKED_TESTS) and no libcudart:
+	 * the process-wide lookup of cuMemFree_v2 and cudaFree reaches it, so
+	 * auto means hooks. */
 	unsetenv("PEERDMA_CUDA_MONITOR");
-	assert_false(pdma_cuda_hooks_installed());
-	assert_int_equal(pdma_cuda_monitor_mode(), PDMA_CUDA_MON_TAG);
+	assert_true(pdma_cuda_hooks_installed());
+	assert_int_equal(pdma_cuda_monitor_mode(), PDMA_CUDA_MON_HOOKS);
 	setenv("PEERDMA_CUDA_MONITOR", "hooks", 1);
 	assert_int_equal(pdma_cuda_monitor_mode(), PDMA_CUDA_MON_HOOKS);
 	setenv("PEERDMA_CUDA_MONITOR", "tag", 1);

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * The CUDA runtime hooks (libpeerdma_cudart_hook.so) on a real GPU: loaded
+ * The CUDA runtime hooks (libpeerdma_cuda_hooks.so) on a real GPU: loaded
  * before libcudart (as LD_PRELOAD would), the process's cudaFree is the hook's;
  * cudaFree / cudaFreeHost revoke pins and notify the monitor before the runtime
  * releases the memory; free + cudaMalloc at the same address over thousands of
  * rounds gives no stale hit, while the same rounds through the runtime's own
  * cudaFree (no hook) do.
  * Skips (exit 77) without a GPU, without libcudart or without the hook library
- * (found next to $PEERDMA_TOOL, in bench/cuda/ there, or at $PEERDMA_CUDART_HOOK).
+ * (found next to $PEERDMA_TOOL, in bench/cuda/ there, or at $PEERDMA_CUDA_HOOKS).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,9 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_api.h"
-#include "mem_cuda.h"
-#include "monitor.h"
+#include "cuda/api.h"
+#include "mem/cuda.h"
+#include "monitor/monitor.h"
 
 #define MiB (1024u * 1024u)
 #define ROUNDS 2000
@@ -62,7 +62,7 @@ static void *dmalloc(size_t n)
 static void test_cudafree_is_hooked(void **state)
 {
 	(void)state;
-	assert_ptr_equal(dlsym(RTLD_DEFAULT, "cudaFree"), dlsym(shim, "pdma_cudart_hook_cudaFree"));
+	assert_ptr_equal(dlsym(RTLD_DEFAULT, "cudaFree"), dlsym(shim, "pdma_cuda_hook_cudaFree"));
 	assert_ptr_not_equal(rt_free, hooked_free);
 	assert_true(pdma_cuda_hooks_attach());
 }
@@ -185,7 +185,7 @@ static void test_realloc_rounds(void **state)
 
 static int find_shim(char *out, size_t n)
 {
-	const char *env = getenv("PEERDMA_CUDART_HOOK"), *tool = getenv("PEERDMA_TOOL");
+	const char *env = getenv("PEERDMA_CUDA_HOOKS"), *tool = getenv("PEERDMA_TOOL");
 	char dir[PATH_MAX];
 
 	if (env && !access(env, R_OK)) {
@@ -196,10 +196,10 @@ static int find_shim(char *out, size_t n)
 		return -1;
 	snprintf(dir, sizeof(dir), "%s", tool);
 	dirname(dir);
-	snprintf(out, n, "%s/libpeerdma_cudart_hook.so", dir);
+	snprintf(out, n, "%s/libpeerdma_cuda_hooks.so", dir);
 	if (!access(out, R_OK))
 		return 0;
-	snprintf(out, n, "%s/bench/cuda/libpeerdma_cudart_hook.so", dir);
+	snprintf(out, n, "%s/bench/cuda/libpeerdma_cuda_hooks.so", dir);
 	return access(out, R_OK);
 }
 
@@ -223,7 +223,7 @@ int main(void)
 		return 1;
 	pdma_cuda_close(cu);
 	if (find_shim(path, sizeof(path))) {
-		printf("skipped: libpeerdma_cudart_hook.so not built (set PEERDMA_CUDART_HOOK)\n");
+		printf("skipped: libpeerdma_cuda_hooks.so not built (set PEERDMA_CUDA_HOOKS)\n");
 		return 77;
 	}
 	/* The hook library first, as LD_PRELOAD would put it. */
@@ -243,7 +243,7 @@ int main(void)
 	*(void **)&rt_free = dlsym(rt, "cudaFree");
 	*(void **)&hooked_free = dlsym(RTLD_DEFAULT, "cudaFree");
 	*(void **)&hooked_free_host = dlsym(RTLD_DEFAULT, "cudaFreeHost");
-	*(void **)&shim_calls = dlsym(shim, "pdma_cudart_hook_calls");
+	*(void **)&shim_calls = dlsym(shim, "pdma_cuda_hooks_calls");
 	if (!rt_malloc || !rt_malloc_host || !rt_free || !hooked_free || !hooked_free_host ||
 	    !shim_calls) {
 		printf("missing CUDA runtime entry points\n");

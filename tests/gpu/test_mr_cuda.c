@@ -17,11 +17,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda_api.h"
-#include "domain.h" /* the domain's own CUDA backend, for its pin counters */
-#include "mem_cuda.h"
+#include "cuda/api.h"
+#include "mr/domain.h" /* the domain's own CUDA backend, for its pin counters */
+#include "mem/cuda.h"
 #include "peerdma/mr.h"
-#include "peerdma/sim.h"
+#include "mem/sim.h"
 
 #define RW (PDMA_READ | PDMA_WRITE | PDMA_REMOTE_READ | PDMA_REMOTE_WRITE)
 #define MiB (1024u * 1024u)

@@ -21,8 +21,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "cache.h"
-#include "monitor.h"
+#include "cache/cache.h"
+#include "monitor/monitor.h"
 
 #define PG 65536ull
 #define BASE 0x7e0000000000ull

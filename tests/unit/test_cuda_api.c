@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * lib/cuda_api.h declares the CUDA driver API's constants itself (libpeerdma
+ * lib/cuda/api.h declares the CUDA driver API's constants itself (libpeerdma
  * builds without CUDA). Every one of them must equal cuda.h's: compared here
  * when the toolkit's header is installed (/usr/local/cuda/include/cuda.h);
  * elsewhere the test skips (exit 77).
@@ -13,7 +13,7 @@
 
 #include <stdio.h>
 
-#include "cuda_api.h"
+#include "cuda/api.h"
 
 #if defined(__has_include)
 #if __has_include("/usr/local/cuda/include/cuda.h")

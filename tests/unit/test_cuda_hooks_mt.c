@@ -25,9 +25,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_api.h"
-#include "mem_cuda.h"
-#include "region.h"
+#include "cuda/api.h"
+#include "mem/cuda.h"
+#include "cache/region.h"
 
 pdma_cu_result cuMemFree_v2(pdma_cu_ptr dptr);
 

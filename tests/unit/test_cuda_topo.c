@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * PCIe path classes (lib/cuda_topo.c) and `peerdma info` against a fake sysfs
+ * PCIe path classes (lib/cuda/topo.c) and `peerdma info` against a fake sysfs
  * tree built in a temporary directory:
  *
  *   pci0000:00 (NUMA 0)
@@ -29,7 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cuda_topo.h"
+#include "cuda/topo.h"
 
 static char root[PATH_MAX];
 

@@ -19,7 +19,7 @@
 #include "loopback/demo.h"
 #include "loopback/loopback.h"
 #include "peerdma/mr.h"
-#include "peerdma/sim.h"
+#include "mem/sim.h"
 
 static void check(const struct pdma_gen_config *g, struct pdma_ingest_config *ic, double rate)
 {

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "peerdma/mr.h"
-#include "peerdma/sim.h"
+#include "mem/sim.h"
 
 #define RW (PDMA_READ | PDMA_WRITE | PDMA_REMOTE_READ | PDMA_REMOTE_WRITE)
 

@@ -14,10 +14,10 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "domain.h"
-#include "mem_kdev.h"
+#include "mr/domain.h"
+#include "mem/kdev.h"
 #include "peerdma/mr.h"
-#include "peerdma/sim.h"
+#include "mem/sim.h"
 
 static int passed, failed;
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * In-guest test of libpeerdma's kdev backend (lib/mem_kdev.c) against the real
+ * In-guest test of libpeerdma's kdev backend (lib/mem/kdev.c) against the real
  * peerdma.ko: pins through /dev/peerdma, a munmap revokes the pin in the
  * kernel, the event reaches the backend's thread, which runs the revoke
  * callback and notifies the monitor (what the registration cache subscribes to).
@@ -17,9 +17,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "mem.h"
-#include "mem_kdev.h"
-#include "monitor.h"
+#include "mem/mem.h"
+#include "mem/kdev.h"
+#include "monitor/monitor.h"
 
 #define PAGE 4096UL
 

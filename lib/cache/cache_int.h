@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Inside the registration cache (lib/cache/): the index entry, the cache
+ * object and the functions its files share. The design (policy, concurrency,
+ * reference counts) is described at the top of cache.c; each structure has
+ * its file: slab.c (entry memory), index.c (hash table, skip list, lookup),
+ * lru.c (LRU stamps, heap, eviction), env.c (limits from the environment).
+ * Nothing here is seen outside lib/cache/ (cache.h is the interface).
+ */
+#ifndef PDMA_LIB_CACHE_CACHE_INT_H
+#define PDMA_LIB_CACHE_CACHE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/cache.h"
+
+#define TLS __thread __attribute__((tls_model("initial-exec")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define RLX(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
+#define REF_DEAD (INT32_MIN / 2)
+#define SL_MAX 12 /* p = 1/4: ample for 4^12 regions */
+#define SLAB_CHUNK ((size_t)2 << 20)
+#define INVAL_RING 64
+#define SCAN_LIMIT 256
+
+/* ---------------------------------------------------------------------------
+ * LRU stamps: per-thread monotonic, loosely synchronised through a global
+ * (defined in lru.c; inline here because every put takes one).
+ */
+extern _Atomic uint64_t pdma_cache_lru_global;
+extern TLS uint64_t pdma_cache_lru_local;
+extern TLS unsigned pdma_cache_lru_count;
+
+static inline uint64_t lru_stamp(void)
+{
+	uint64_t g = atomic_load_explicit(&pdma_cache_lru_global, memory_order_relaxed);
+	uint64_t t = (pdma_cache_lru_local > g ? pdma_cache_lru_local : g) + 1;
+
+	pdma_cache_lru_local = t;
+	if (unlikely(++pdma_cache_lru_count >= 64)) {
+		pdma_cache_lru_count = 0;
+		if (t > atomic_load_explicit(&pdma_cache_lru_global, memory_order_relaxed))
+			atomic_store_explicit(&pdma_cache_lru_global, t, memory_order_relaxed);
+	}
+	return t;
+}
+
+/* ---------------------------------------------------------------------------
+ * Index entries and structures.
+ */
+struct retire {
+	struct retire *next;
+	void *base; /* what to free(); NULL: an entry, back to the slab */
+};
+
+/*
+ * One cache line holds everything a hit (get + put) touches: the key, the
+ * reference count, the lookup-validity flag and the LRU stamp. The region
+ * handed to callers follows it; get returns &e->r and put finds e by
+ * subtraction, so neither touches the region's own lines.
+ */
+struct entry {
+	struct entry *_Atomic hnext;  /* hash chain */
+	_Atomic uint64_t start, end;  /* page-rounded range */
+	const struct pdma_mem_ops *_Atomic ops;
+	void *_Atomic be;
+	_Atomic uint64_t buffer_id;
+	_Atomic int32_t refcnt;       /* see "Reference counts" above */
+	_Atomic uint8_t iface;
+	atomic_bool valid;            /* false: never returned by a lookup again */
+	_Atomic uint64_t last_use;    /* LRU stamp (put) */
+	/* --- cold --- */
+	struct pdma_region r;         /* what callers see (its refcnt is unused) */
+	struct pdma_cache *cache;
+	uint64_t heap_key;            /* writer: stamp when (re)placed in the heap */
+	size_t heap_idx;              /* writer: heap position; SIZE_MAX: not in it */
+	bool indexed;                 /* writer: in hash, skip list and heap */
+	struct entry *defer_next;
+	struct retire rt;
+	int levels;
+	struct entry *_Atomic next[]; /* skip list, levels entries */
+} __attribute__((aligned(64)));
+
+_Static_assert(offsetof(struct entry, r) == 64, "hot fields fill one cache line");
+
+struct htab {
+	size_t mask;
+	unsigned shift;
+	struct retire rt;
+	struct entry *_Atomic b[];
+};
+
+struct inval_rec {
+	uint64_t seq, start, end;
+	enum pdma_hmem_iface iface;
+};
+
+struct pdma_cache {
+	/* Read-mostly (hit path). */
+	uint64_t id;
+	struct htab *_Atomic ht;
+	_Atomic uint64_t max_len;      /* longest region ever indexed */
+	enum pdma_cache_mode mode[PDMA_CACHE_NIFACE];
+	bool uffd;
+	bool memhooks;
+	bool passthrough;              /* max_count == 0 */
+	struct entry *_Atomic head[SL_MAX] __attribute__((aligned(64)));
+
+	/* Writer side. */
+	pthread_mutex_t lock __attribute__((aligned(64)));
+	struct pdma_cache_attr attr;
+	size_t count, bytes;
+	struct entry **heap;
+	size_t heap_len, heap_cap;
+	uint64_t inval_seq;
+	struct inval_rec inval[INVAL_RING];
+	struct pdma_monitor_sub *sub;
+	struct pdma_cache_stats st;
+
+	/* Entry slab: 2 MiB chunks (huge pages where the kernel gives them), so
+	 * that the hot lines of many regions share few TLB entries. */
+	pthread_mutex_t slab_lock;
+	struct entry *slab_free;
+	void *chunks;                  /* linked through their first word */
+	size_t entry_size;
+
+	struct retire *old_tables;     /* outgrown hash tables, freed at the end */
+
+	/* Any thread. */
+	struct entry *_Atomic deferred; /* last reference dropped in a notification */
+	_Atomic uint64_t live;         /* 1 (the cache itself) + regions not yet unpinned */
+	_Atomic uint64_t n_uncached, n_stale;
+	atomic_bool closed;
+};
+
+
+static inline struct entry *entry_of(struct pdma_region *r)
+{
+	return (struct entry *)((char *)r - offsetof(struct entry, r));
+}
+
+/* Neighbouring pages go to neighbouring buckets (sequential access stays in
+ * few cache lines); each 256 KiB block of pages starts at a random bucket (so
+ * 2 MiB-aligned GPU buffers do not pile up in a few buckets). */
+static inline size_t hash_start(const struct htab *t, uint64_t start)
+{
+	uint64_t pn = start >> 12;
+
+	return (size_t)((((pn >> 6) * 0x9E3779B97F4A7C15ull) >> t->shift) + (pn & 63)) & t->mask;
+}
+
+/* slab.c: entry memory (type-stable: unmapped only when the cache is freed). */
+struct entry *pdma_cache_slab_alloc(struct pdma_cache *c);
+void pdma_cache_slab_free(struct pdma_cache *c, struct entry *e);
+void pdma_cache_slab_destroy(struct pdma_cache *c);
+
+/* index.c: hash table on the start page, skip list by start, lookup. */
+struct htab *pdma_cache_htab_new(size_t nb);
+/* limit: how many entries a lock-free reader may step over (0: writer, under
+ * c->lock, unbounded). */
+struct entry *pdma_cache_lookup_ref(struct pdma_cache *c, const struct pdma_mem_ops *ops,
+				    void *be, enum pdma_hmem_iface iface, uint64_t s, uint64_t end,
+				    size_t limit);
+struct entry *pdma_cache_sl_lower_bound(struct pdma_cache *c, uint64_t key, size_t *budget);
+int pdma_cache_index_grow(struct pdma_cache *c);
+int pdma_cache_index_insert(struct pdma_cache *c, struct entry *e);
+void pdma_cache_index_remove(struct pdma_cache *c, struct entry *e);
+int pdma_cache_random_level(void);
+
+/* lru.c: the heap of indexed entries by LRU stamp, and eviction. */
+int pdma_cache_heap_push(struct pdma_cache *c, struct entry *e);
+void pdma_cache_heap_remove(struct pdma_cache *c, struct entry *e);
+size_t pdma_cache_evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops, const void *be,
+			    size_t need_count, size_t need_bytes, struct entry **victims);
+
+/* env.c */
+size_t pdma_cache_default_max_size(void);
+
+/* cache.c: references and retirement. */
+void pdma_cache_cache_unref(struct pdma_cache *c);
+void pdma_cache_entry_destroy(struct entry *e);
+bool pdma_cache_entry_unref_last(struct entry *e);
+void pdma_cache_entry_unref(struct entry *e);
+void pdma_cache_entry_unref_deferred(struct entry *e);
+
+/* Take a reference on an entry found through the index. False: it is dying
+ * or dead (the transient increment is undone). The caller then re-checks the
+ * key: the slot may have been recycled for another region. */
+static inline bool entry_tryref(struct entry *e)
+{
+	int32_t old = atomic_fetch_add_explicit(&e->refcnt, 1, memory_order_acq_rel);
+
+	if (likely(old > 0))
+		return true;
+	pdma_cache_entry_unref(e);
+	return false;
+}
+
+/* ---------------------------------------------------------------------------
+ * Lookup (readers and writer).
+ */
+static inline bool entry_matches(struct entry *e, const struct pdma_mem_ops *ops, const void *be,
+				 enum pdma_hmem_iface iface, uint64_t s, uint64_t end)
+{
+	return RLX(e->start) <= s && RLX(e->end) >= end && RLX(e->ops) == ops &&
+	       RLX(e->be) == be && RLX(e->iface) == (uint8_t)iface;
+}
+
+/* Reference e if it is a valid region covering the request. */
+static inline bool try_hit(struct entry *e, const struct pdma_mem_ops *ops, void *be,
+			   enum pdma_hmem_iface iface, uint64_t s, uint64_t end)
+{
+	if (!entry_matches(e, ops, be, iface, s, end) || !RLX(e->valid) || !entry_tryref(e))
+		return false;
+	/* Referenced: the slot can no longer be recycled; is it still ours? */
+	if (likely(entry_matches(e, ops, be, iface, s, end) &&
+		   atomic_load_explicit(&e->valid, memory_order_acquire)))
+		return true;
+	pdma_cache_entry_unref(e);
+	return false;
+}
+
+#endif /* PDMA_LIB_CACHE_CACHE_INT_H */

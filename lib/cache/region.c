@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: MIT
+/* Pinned regions: see region.h. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "cache/region.h"
+
+static void region_revoke_cb(void *arg)
+{
+	pdma_region_revoke(arg);
+}
+
+int pdma_region_init(struct pdma_region *r, const struct pdma_mem_ops *ops, void *be,
+		     enum pdma_hmem_iface iface, uint64_t start, size_t len, uint64_t buffer_id)
+{
+	int ret;
+
+	r->start = start;
+	r->len = len;
+	r->buffer_id = buffer_id;
+	r->iface = iface;
+	r->ops = ops;
+	r->be = be;
+	atomic_init(&r->refcnt, 1);
+	atomic_init(&r->valid, true);
+	pthread_rwlock_init(&r->quiesce, NULL);
+	/* The backend may revoke at any time after pin() returns, so the
+	 * callback target must be fully initialised first. */
+	ret = ops->pin(be, start, len, region_revoke_cb, r, &r->pin);
+	if (ret)
+		pthread_rwlock_destroy(&r->quiesce);
+	return ret;
+}
+
+int pdma_region_create(const struct pdma_mem_ops *ops, void *be, enum pdma_hmem_iface iface,
+		       uint64_t start, size_t len, uint64_t buffer_id, struct pdma_region **out)
+{
+	struct pdma_region *r = calloc(1, sizeof(*r));
+	int ret;
+
+	if (!r)
+		return -ENOMEM;
+	ret = pdma_region_init(r, ops, be, iface, start, len, buffer_id);
+	if (ret) {
+		free(r);
+		return ret;
+	}
+	*out = r;
+	return 0;
+}
+
+void pdma_region_revoke(struct pdma_region *r)
+{
+	/* Exclusive: waits for every DMA that already checked validity. */
+	pthread_rwlock_wrlock(&r->quiesce);
+	atomic_store_explicit(&r->valid, false, memory_order_release);
+	pthread_rwlock_unlock(&r->quiesce);
+	if (r->owner)
+		pdma_cache_region_revoked(r);
+}
+
+void pdma_region_fini(struct pdma_region *r)
+{
+	r->ops->unpin(r->be, r->pin);
+	pthread_rwlock_destroy(&r->quiesce);
+}
+
+void pdma_region_destroy(struct pdma_region *r)
+{
+	pdma_region_fini(r);
+	free(r);
+}

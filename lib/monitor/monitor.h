@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Process-wide invalidation fan-out. Sources that learn memory is going away
+ * (allocation hooks on munmap/cuMemFree/..., userfaultfd events, kernel events
+ * from /dev/peerdma, the sim backend's free) call pdma_monitor_notify() BEFORE
+ * the memory is released; subscribers (registration caches) drop every region
+ * overlapping the range. Process-wide because the sources are: an interposed
+ * free() knows no domain.
+ *
+ * Thread safety: all calls from any thread. Callbacks run in the notifying
+ * thread and must not call subscribe/unsubscribe.
+ */
+#ifndef PDMA_LIB_MONITOR_H
+#define PDMA_LIB_MONITOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "peerdma/mr.h"
+
+typedef void (*pdma_monitor_fn)(void *arg, enum pdma_hmem_iface iface, uint64_t addr,
+				size_t len);
+struct pdma_monitor_sub;
+
+int pdma_monitor_subscribe(pdma_monitor_fn fn, void *arg, struct pdma_monitor_sub **sub);
+void pdma_monitor_unsubscribe(struct pdma_monitor_sub *sub);
+void pdma_monitor_notify(enum pdma_hmem_iface iface, uint64_t addr, size_t len);
+
+/*
+ * Host memory monitors (uffd.c, memhooks.c), process-wide, reference counted
+ * by the caches that use them. They report through pdma_monitor_notify().
+ */
+/* userfaultfd: -errno if the kernel refuses it (then nothing was started). */
+int pdma_uffd_monitor_start(void);
+void pdma_uffd_monitor_stop(void);
+/* Watch a page-aligned host range; -errno if it cannot be watched (the
+ * cache then does not index the region). */
+int pdma_uffd_monitor_watch(uint64_t start, size_t len);
+/* memhooks: -ENOSYS if the symbols cannot be found (nothing installed). */
+int pdma_memhooks_monitor_start(void);
+void pdma_memhooks_monitor_stop(void);
+/* Odd while the monitor thread is between reading events and finishing their
+ * invalidation: a lookup that sees it odd waits, so an munmap that returned
+ * (the kernel waits until its event is read) can never be followed by a hit
+ * on the old pages. */
+extern _Atomic unsigned pdma_uffd_seq;
+
+#endif /* PDMA_LIB_MONITOR_H */

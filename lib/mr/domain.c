@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: MIT
+/* Domains, counters and endpoints (the objects MRs bind to), log routing. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cache/cache.h"
+#include "mr/domain.h"
+#include "mem/cuda.h"
+#include "mem/kdev.h"
+
+void pdma_domain_attr_init(struct pdma_domain_attr *attr)
+{
+	*attr = (struct pdma_domain_attr){
+		.mr_mode = PDMA_MR_BASIC | PDMA_MR_LOCAL | PDMA_MR_HMEM,
+		.mr_key_size = 8,
+		.mr_iov_limit = 4,
+		.raw_key_size = PDMA_RAW_KEY_MIN,
+	};
+}
+
+/* What open built, in reverse; also the unwinding of a failed open. */
+static void domain_free(struct pdma_domain *d)
+{
+	if (d->cache)
+		pdma_cache_close(d->cache);
+	pdma_domain_backend_close(d);
+	if (d->kdev)
+		pdma_kdev_close(d->kdev);
+	pdma_rand_fini(&d->rand);
+	pthread_mutex_destroy(&d->cuda_lock);
+	pthread_rwlock_destroy(&d->lock);
+	free(d);
+}
+
+int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **out)
+{
+	struct pdma_domain *d;
+	int ret;
+
+	if (!attr || !out)
+		return -EINVAL;
+	if (attr->mr_mode & ~PDMA_MR_MODE_ALL)
+		return -EINVAL;
+	if (attr->mr_key_size > 8 || attr->mr_iov_limit > 64)
+		return -EINVAL;
+	if (attr->raw_key_size && (attr->raw_key_size < PDMA_RAW_KEY_MIN ||
+				   attr->raw_key_size > 64))
+		return -EINVAL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->attr = *attr;
+	if (!d->attr.mr_key_size)
+		d->attr.mr_key_size = 8;
+	if (!d->attr.mr_iov_limit)
+		d->attr.mr_iov_limit = 4;
+	if (!d->attr.raw_key_size)
+		d->attr.raw_key_size = PDMA_RAW_KEY_MIN;
+	d->key_mask = d->attr.mr_key_size == 8 ? UINT64_MAX
+					       : (1ull << (8 * d->attr.mr_key_size)) - 1;
+	pthread_rwlock_init(&d->lock, NULL);
+	pthread_mutex_init(&d->cuda_lock, NULL);
+	pdma_rand_init(&d->rand);
+	if (d->attr.kernel_device) {
+		ret = pdma_kdev_open(d->attr.kernel_device, &d->kdev);
+		if (ret)
+			goto err;
+		d->attr.kernel_device = NULL; /* the caller's string need not outlive us */
+	}
+	if (d->attr.use_cache) {
+		struct pdma_cache_attr ca;
+
+		pdma_cache_attr_from_env(&ca);
+		/* CUDA regions need a per-hit buffer-ID check unless every CUDA
+		 * free is known to reach the monitor first (the allocation hooks
+		 * are live): then invalidations alone can be trusted. */
+		if (ca.mode[PDMA_HMEM_CUDA] == PDMA_CACHE_MODE_DEFAULT)
+			ca.mode[PDMA_HMEM_CUDA] =
+				pdma_cuda_monitor_mode() == PDMA_CUDA_MON_HOOKS ?
+					PDMA_CACHE_MODE_TRUST : PDMA_CACHE_MODE_TAG_CHECK;
+		ret = pdma_cache_open(&ca, &d->cache);
+		if (ret)
+			goto err;
+	}
+	*out = d;
+	return 0;
+err:
+	domain_free(d);
+	return ret;
+}
+
+int pdma_domain_close(struct pdma_domain *d)
+{
+	if (!d)
+		return -EINVAL;
+	pthread_rwlock_wrlock(&d->lock);
+	if (d->n_mr || d->n_cntr || d->n_ep || d->eq || d->keys) {
+		pthread_rwlock_unlock(&d->lock);
+		return -EBUSY;
+	}
+	pthread_rwlock_unlock(&d->lock);
+	domain_free(d);
+	return 0;
+}
+
+int pdma_domain_query(const struct pdma_domain *d, struct pdma_domain_attr *attr)
+{
+	if (!d || !attr)
+		return -EINVAL;
+	*attr = d->attr;
+	return 0;
+}
+
+void pdma_domain_set_log(struct pdma_domain *d, pdma_log_fn fn, void *arg)
+{
+	d->log_fn = fn;
+	d->log_arg = arg;
+}
+
+void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	if (!d || !d->log_fn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	d->log_fn(d->log_arg, level, msg);
+}
+
+/* Counters and endpoints: see struct pdma_bind_target. */
+static void *target_open(struct pdma_domain *d, size_t size, size_t *count)
+{
+	struct pdma_bind_target *t = calloc(1, size);
+
+	if (!t)
+		return NULL;
+	t->dom = d;
+	pthread_rwlock_wrlock(&d->lock);
+	(*count)++;
+	pthread_rwlock_unlock(&d->lock);
+	return t;
+}
+
+static int target_close(struct pdma_bind_target *t, size_t *count)
+{
+	struct pdma_domain *d = t->dom;
+	bool last;
+
+	if (atomic_load(&t->closed))
+		return -EINVAL;
+	pthread_rwlock_wrlock(&d->lock);
+	atomic_store(&t->closed, true);
+	last = atomic_load(&t->binds) == 0;
+	(*count)--;
+	pthread_rwlock_unlock(&d->lock);
+	if (last)
+		free(t);
+	return 0;
+}
+
+void pdma_target_unbind(struct pdma_bind_target *t)
+{
+	if (t && atomic_fetch_sub(&t->binds, 1) == 1 && atomic_load(&t->closed))
+		free(t);
+}
+
+int pdma_cntr_open(struct pdma_domain *d, struct pdma_cntr **out)
+{
+	if (!d || !out)
+		return -EINVAL;
+	*out = target_open(d, sizeof(**out), &d->n_cntr);
+	return *out ? 0 : -ENOMEM;
+}
+
+uint64_t pdma_cntr_read(const struct pdma_cntr *c)
+{
+	return atomic_load(&c->value);
+}
+
+int pdma_cntr_close(struct pdma_cntr *c)
+{
+	return c ? target_close(&c->t, &c->t.dom->n_cntr) : -EINVAL;
+}
+
+int pdma_ep_open(struct pdma_domain *d, struct pdma_ep **out)
+{
+	if (!d || !out)
+		return -EINVAL;
+	*out = target_open(d, sizeof(**out), &d->n_ep);
+	return *out ? 0 : -ENOMEM;
+}
+
+int pdma_ep_close(struct pdma_ep *ep)
+{
+	return ep ? target_close(&ep->t, &ep->t.dom->n_ep) : -EINVAL;
+}
+
+int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface, int device,
+			uint64_t addr, size_t len, const struct pdma_mem_ops **ops, void **be)
+{
+	switch (iface) {
+	case PDMA_HMEM_SYSTEM:
+		*ops = d->kdev ? &pdma_mem_kdev_host_ops : &pdma_mem_host_ops;
+		*be = d->kdev;
+		return 0;
+	case PDMA_HMEM_SIM:
+		if (!d->attr.sim || device != 0) {
+			pdma_log(d, 1, "no simulated device %d in this domain", device);
+			return -ENODEV;
+		}
+		*ops = &pdma_mem_sim_ops;
+		*be = d->attr.sim;
+		return 0;
+	case PDMA_HMEM_CUDA:
+		return pdma_domain_cuda_backend(d, device, addr, len, ops, be);
+	}
+	return -EINVAL;
+}

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internal definitions shared by the domain, MR, key, EQ and bind code.
+ *
+ * Locking: the domain's rwlock protects the key table and the object counts.
+ * Device accesses (sim DMA) take it shared to resolve a key and hold a
+ * reference on the MR's regions through their quiesce locks; registration,
+ * close and key mapping take it exclusive. It is per domain, never global.
+ */
+#ifndef PDMA_LIB_DOMAIN_H
+#define PDMA_LIB_DOMAIN_H
+
+#include <pthread.h>
+#include <sys/types.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <uthash.h>
+
+#include "peerdma/mr.h"
+#include "cache/region.h"
+
+struct pdma_cache;
+struct pdma_cuda;
+struct pdma_kdev;
+
+/* A descriptor (pdma_mr_desc) is an ID, not a pointer into the MR: a stale
+ * descriptor used after close is then detected by a table lookup instead of
+ * reading freed memory. IDs count up per process and are never reused. */
+
+/* One iov entry of an MR and the pinned region that backs it. */
+struct pdma_mr_seg {
+	uint64_t addr;
+	size_t len;
+	struct pdma_region *region;
+};
+
+/* Raw keys: the internal key followed by a random tag, so a raw key cannot be
+ * forged from a guessed 64-bit key alone. */
+#define PDMA_RAW_KEY_MIN 16
+
+struct pdma_key_entry {
+	uint64_t key;
+	struct pdma_mr *mr;  /* target MR */
+	bool mapped;         /* made by pdma_mr_map_raw (not the MR's own key) */
+	UT_hash_handle hh;
+};
+
+/* What an MR binds to (counters, endpoints). Such an object stays allocated
+ * while an MR is bound to it, even after close, so an MR never points at freed
+ * memory; close only marks it. The domain lock (exclusive) orders both. */
+struct pdma_bind_target {
+	struct pdma_domain *dom;
+	atomic_int binds;    /* MRs bound to it */
+	atomic_bool closed;  /* freed when closed and no MR is bound */
+};
+
+struct pdma_cntr {
+	struct pdma_bind_target t; /* first: freed through it */
+	atomic_uint_fast64_t value;
+};
+
+struct pdma_ep {
+	struct pdma_bind_target t;
+};
+
+/* domain.c; caller holds the domain lock exclusive for unbind. */
+void pdma_target_unbind(struct pdma_bind_target *t);
+
+struct pdma_mr {
+	struct pdma_domain *dom;
+	uint64_t desc_id;
+	UT_hash_handle hh_desc;
+	struct pdma_key_entry own_key;
+	uint64_t access;
+	void *context;
+	enum pdma_hmem_iface iface;
+	int device;
+	uint64_t base;       /* first iov's address: address 0 of the MR */
+	size_t total_len;
+	uint8_t raw_tag[8];
+	atomic_bool enabled;
+	struct pdma_cntr *cntr;
+	uint64_t cntr_flags;
+	struct pdma_ep *ep;
+	size_t nsegs;
+	struct pdma_mr_seg segs[];
+};
+
+struct pdma_eq {
+	struct pdma_domain *dom;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	size_t size, head, count, reserved;
+	bool bound;
+	struct pdma_eq_entry *ring;
+};
+
+/* Random bytes for keys and raw-key tags, drawn from getrandom() a block at a
+ * time: one system call per registration cost more than the rest of a cached
+ * registration together. Bytes are handed out once and wiped. The block lives
+ * in a MADV_WIPEONFORK page, so a forked child finds it empty and refills:
+ * it never repeats its parent's keys. Without such a page (old kernels) every
+ * draw is a getrandom() call. */
+struct pdma_rand_page;
+struct pdma_rand_pool {
+	pthread_mutex_t lock;
+	struct pdma_rand_page *page; /* NULL: no pool, draw directly */
+};
+
+struct pdma_domain {
+	struct pdma_domain_attr attr;
+	struct pdma_rand_pool rand;
+	uint64_t key_mask;           /* keys must fit in mr_key_size bytes */
+	pthread_rwlock_t lock;
+	struct pdma_key_entry *keys; /* uthash: live keys, own and mapped */
+	struct pdma_mr *descs;       /* uthash (hh_desc): live MRs by desc_id */
+	size_t n_mr, n_cntr, n_ep;
+	struct pdma_eq *eq;          /* bound with PDMA_REG_MR */
+	struct pdma_cache *cache;    /* NULL unless attr.use_cache */
+	struct pdma_cuda *cuda;      /* opened at the first CUDA registration */
+	struct pdma_kdev *kdev;      /* attr.kernel_device, opened with the domain */
+	pthread_mutex_t cuda_lock;
+	pdma_log_fn log_fn;
+	void *log_arg;
+};
+
+void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* key.c */
+int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key);
+struct pdma_mr *pdma_key_lookup(struct pdma_domain *d, uint64_t key);
+void pdma_rand_init(struct pdma_rand_pool *p);
+void pdma_rand_fini(struct pdma_rand_pool *p);
+int pdma_random_bytes(struct pdma_rand_pool *p, void *buf, size_t len);
+
+/* eq.c: a registration reserves its event slot first (-EAGAIN when full). */
+int pdma_eq_reserve(struct pdma_eq *eq);
+void pdma_eq_unreserve(struct pdma_eq *eq);
+void pdma_eq_post(struct pdma_eq *eq, const struct pdma_eq_entry *entry);
+
+/* mr.c: resolve [addr, addr + len) of an MR (offset or virtual address per
+ * the domain's mode) for device access with the given remote access bit, and
+ * run fn over each piece with the pieces' regions held for DMA. */
+typedef void (*pdma_mr_piece_fn)(void *arg, void *mem, size_t len, size_t done);
+int pdma_mr_access(struct pdma_domain *d, struct pdma_mr *mr, uint64_t addr, size_t len,
+		   uint64_t access, pdma_mr_piece_fn fn, void *arg);
+/* Look up a key and access its MR, all under the domain's lock. */
+int pdma_key_access(struct pdma_domain *d, uint64_t key, uint64_t addr, size_t len,
+		    uint64_t access, pdma_mr_piece_fn fn, void *arg);
+/* The MR a local descriptor names, if it is live and of this domain. */
+struct pdma_mr *pdma_desc_mr(struct pdma_domain *d, void *desc);
+
+/* Backend selection for memory [addr, addr + len) of an iface (CUDA picks GPU
+ * or host ops by pointer; len 0 only checks that the iface is usable). */
+int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface, int device,
+			uint64_t addr, size_t len, const struct pdma_mem_ops **ops, void **be);
+
+/* domain_cuda.c: the CUDA backend, opened at the first CUDA registration. */
+int pdma_domain_cuda_backend(struct pdma_domain *d, int device, uint64_t addr, size_t len,
+			     const struct pdma_mem_ops **ops, void **be);
+void pdma_domain_backend_close(struct pdma_domain *d);
+
+#endif /* PDMA_LIB_DOMAIN_H */

@@ -1,0 +1,599 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Memory regions: registration, keys, descriptors, raw keys, binding,
+ * enabling, refresh, and the access check every device transfer goes through.
+ *
+ * An MR is a list of segments (one per iov entry), each backed by a pinned
+ * region (lib/cache/region.h) obtained from the domain's cache or pinned directly.
+ * Addressing: the MR's byte space is the concatenation of its segments; a
+ * transfer names offset 0.. in it, or under PDMA_MR_VIRT_ADDR the virtual
+ * address base + offset where base is the first segment's address.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache.h"
+#include "mr/domain.h"
+
+/* Descriptor IDs are unique in the process, not just the domain, so a desc
+ * handed to the wrong domain can never name one of its MRs. */
+static atomic_uint_fast64_t desc_ids;
+
+/* Segments remember whether their region came from the cache. */
+#define SEG_CACHED(r) ((r)->owner != NULL)
+
+static void region_release(struct pdma_domain *d, struct pdma_region *r)
+{
+	if (!r)
+		return;
+	if (SEG_CACHED(r))
+		pdma_cache_put(d->cache, r);
+	else if (atomic_fetch_sub(&r->refcnt, 1) == 1)
+		pdma_region_destroy(r);
+}
+
+/* Pin one iov entry: the pages of its allocation that it covers. dops/dbe:
+ * the interface's default backend, already resolved by the caller, for the
+ * cache lookup; NULL: do not use the cache. */
+static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device, uint64_t addr,
+		   size_t len, const struct pdma_mem_ops *dops, void *dbe, struct pdma_region **out)
+{
+	const struct pdma_mem_ops *ops;
+	struct pdma_mem_alloc alloc;
+	uint64_t start;
+	size_t plen;
+	void *be;
+	int ret;
+
+	/* An interface whose cache trusts its invalidations (host memory under
+	 * a monitor, CUDA with the free hooks live, sim): a pinned region is
+	 * found without querying the memory (mincore over the range for host
+	 * memory, two driver calls for CUDA): had it been unmapped or freed,
+	 * the region would be gone from the cache. For CUDA the lookup tries
+	 * the GPU-memory ops, the common case; host memory registered as CUDA
+	 * takes the full path. */
+	if (dops && d->cache && !pdma_cache_find(d->cache, dops, dbe, iface, addr, len, out))
+		return 0;
+	ret = pdma_domain_backend(d, iface, device, addr, len, &ops, &be);
+	if (ret)
+		return ret;
+	ret = ops->query(be, addr, len, &alloc);
+	if (ret) {
+		pdma_log(d, 1, "%s memory [%#llx, +%zu) cannot be registered: %s", ops->name,
+			 (unsigned long long)addr, len, pdma_strerror(ret));
+		return ret;
+	}
+	if (dops && d->cache)
+		return pdma_cache_get(d->cache, ops, be, iface, addr, len, &alloc, out);
+	pdma_page_round(ops->page_size, addr, len, &start, &plen);
+	ret = pdma_region_create(ops, be, iface, start, plen, alloc.buffer_id, out);
+	if (ret)
+		pdma_log(d, 1, "pinning %s memory [%#llx, +%zu) failed: %s", ops->name,
+			 (unsigned long long)start, plen, pdma_strerror(ret));
+	return ret;
+}
+
+static int check_iov(const struct pdma_domain *d, const struct iovec *iov, size_t count,
+		     size_t *total)
+{
+	size_t sum = 0;
+
+	if (!iov || !count || count > d->attr.mr_iov_limit)
+		return -EINVAL;
+	for (size_t i = 0; i < count; i++) {
+		uintptr_t b = (uintptr_t)iov[i].iov_base;
+
+		if (!b || !iov[i].iov_len || b + iov[i].iov_len < b)
+			return -EINVAL;
+		if (sum + iov[i].iov_len < sum)
+			return -EOVERFLOW;
+		sum += iov[i].iov_len;
+	}
+	*total = sum;
+	return 0;
+}
+
+static void mr_free(struct pdma_mr *m)
+{
+	for (size_t i = 0; i < m->nsegs; i++)
+		region_release(m->dom, m->segs[i].region);
+	free(m);
+}
+
+int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint64_t flags,
+		    struct pdma_mr **out)
+{
+	const struct pdma_mem_ops *ops;
+	struct pdma_eq *eq = NULL;
+	struct pdma_mr *m;
+	uint64_t key;
+	size_t total;
+	void *be;
+	int ret;
+
+	if (!d || !attr || !out || flags)
+		return -EINVAL;
+	ret = check_iov(d, attr->mr_iov, attr->iov_count, &total);
+	if (ret)
+		return ret;
+	if (!attr->access || (attr->access & ~(uint64_t)PDMA_ACCESS_ALL) || attr->offset)
+		return -EINVAL;
+	if (attr->auth_key_size || attr->auth_key)
+		return -EINVAL; /* no authorization keys in this provider */
+	if (attr->iface != PDMA_HMEM_SYSTEM && !(d->attr.mr_mode & PDMA_MR_HMEM)) {
+		pdma_log(d, 1, "device memory registration needs PDMA_MR_HMEM");
+		return -EOPNOTSUPP;
+	}
+	/* Is the iface usable at all (device present, backend loadable)? */
+	ret = pdma_domain_backend(d, attr->iface, attr->device, 0, 0, &ops, &be);
+	if (ret)
+		return ret;
+
+	/* Fail on a bad requested key before paying for any pin. The EQ slot is
+	 * reserved under the domain lock: pdma_eq_close (lock exclusive) then
+	 * sees the reservation and cannot free the EQ under us. */
+	pthread_rwlock_rdlock(&d->lock);
+	ret = pdma_key_new(d, attr->requested_key, &key);
+	eq = d->eq;
+	if (!ret && eq)
+		ret = pdma_eq_reserve(eq);
+	pthread_rwlock_unlock(&d->lock);
+	if (ret)
+		return ret;
+
+	m = calloc(1, sizeof(*m) + attr->iov_count * sizeof(m->segs[0]));
+	if (!m) {
+		ret = -ENOMEM;
+		goto err_eq;
+	}
+	m->dom = d;
+	m->access = attr->access;
+	m->context = attr->context;
+	m->iface = attr->iface;
+	m->device = attr->device;
+	m->base = (uint64_t)(uintptr_t)attr->mr_iov[0].iov_base;
+	m->total_len = total;
+	atomic_init(&m->enabled, !(d->attr.mr_mode & (PDMA_MR_RMA_EVENT | PDMA_MR_ENDPOINT)));
+	ret = pdma_random_bytes(&d->rand, m->raw_tag, sizeof(m->raw_tag));
+	if (ret)
+		goto err_mr;
+	for (size_t i = 0; i < attr->iov_count; i++) {
+		m->segs[i].addr = (uint64_t)(uintptr_t)attr->mr_iov[i].iov_base;
+		m->segs[i].len = attr->mr_iov[i].iov_len;
+		ret = seg_pin(d, attr->iface, attr->device, m->segs[i].addr, m->segs[i].len, ops, be,
+			      &m->segs[i].region);
+		if (ret)
+			goto err_mr;
+		m->nsegs++;
+	}
+
+	pthread_rwlock_wrlock(&d->lock);
+	if (d->attr.mr_mode & PDMA_MR_PROV_KEY) {
+		/* A random key may have been taken meanwhile: draw again. */
+		if (pdma_key_lookup(d, key))
+			ret = pdma_key_new(d, 0, &key);
+	} else if (pdma_key_lookup(d, key)) {
+		ret = -ENOKEY; /* lost a race for the same requested key */
+	}
+	if (ret) {
+		pthread_rwlock_unlock(&d->lock);
+		goto err_mr;
+	}
+	m->own_key.key = key;
+	m->own_key.mr = m;
+	m->desc_id = atomic_fetch_add(&desc_ids, 1) + 1;
+	HASH_ADD(hh, d->keys, key, sizeof(m->own_key.key), &m->own_key);
+	HASH_ADD(hh_desc, d->descs, desc_id, sizeof(m->desc_id), m);
+	d->n_mr++;
+	pthread_rwlock_unlock(&d->lock);
+
+	*out = m;
+	if (eq) {
+		/* The handle is stored above, before a reader can see the event. */
+		struct pdma_eq_entry e = { .event = PDMA_MR_COMPLETE, .mr = m,
+					   .context = attr->context };
+
+		pdma_eq_post(eq, &e);
+	}
+	return 0;
+
+err_mr:
+	mr_free(m);
+err_eq:
+	if (eq)
+		pdma_eq_unreserve(eq);
+	return ret;
+}
+
+int pdma_mr_regv(struct pdma_domain *d, const struct iovec *iov, size_t count, uint64_t access,
+		 uint64_t offset, uint64_t requested_key, uint64_t flags, struct pdma_mr **mr,
+		 void *context)
+{
+	struct pdma_mr_attr attr = {
+		.mr_iov = iov,
+		.iov_count = count,
+		.access = access,
+		.offset = offset,
+		.requested_key = requested_key,
+		.context = context,
+		.iface = PDMA_HMEM_SYSTEM,
+	};
+
+	return pdma_mr_regattr(d, &attr, flags, mr);
+}
+
+int pdma_mr_reg(struct pdma_domain *d, const void *buf, size_t len, uint64_t access,
+		uint64_t offset, uint64_t requested_key, uint64_t flags, struct pdma_mr **mr,
+		void *context)
+{
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+
+	return pdma_mr_regv(d, &iov, 1, access, offset, requested_key, flags, mr, context);
+}
+
+/* Drop a closed counter/endpoint once its last MR lets go. Domain lock held. */
+static void unbind_all(struct pdma_mr *m)
+{
+	if (m->cntr)
+		pdma_target_unbind(&m->cntr->t);
+	if (m->ep)
+		pdma_target_unbind(&m->ep->t);
+	m->cntr = NULL;
+	m->ep = NULL;
+}
+
+int pdma_mr_close(struct pdma_mr *m)
+{
+	struct pdma_key_entry *e, *tmp;
+	struct pdma_domain *d;
+
+	if (!m)
+		return -EINVAL;
+	d = m->dom;
+	pthread_rwlock_wrlock(&d->lock);
+	if ((m->cntr && !atomic_load(&m->cntr->t.closed)) ||
+	    (m->ep && !atomic_load(&m->ep->t.closed))) {
+		pthread_rwlock_unlock(&d->lock);
+		return -EBUSY;
+	}
+	/* With the lock exclusive no transfer is in flight; once the keys are
+	 * gone none can start: the device can no longer reach the memory. */
+	HASH_DEL(d->keys, &m->own_key);
+	HASH_ITER(hh, d->keys, e, tmp) {
+		if (e->mr == m) {
+			HASH_DEL(d->keys, e);
+			free(e);
+		}
+	}
+	HASH_DELETE(hh_desc, d->descs, m);
+	unbind_all(m);
+	d->n_mr--;
+	pthread_rwlock_unlock(&d->lock);
+	mr_free(m);
+	return 0;
+}
+
+uint64_t pdma_mr_key(const struct pdma_mr *m)
+{
+	if (!m || (m->dom->attr.mr_mode & PDMA_MR_RAW))
+		return PDMA_KEY_NOTAVAIL;
+	return m->own_key.key;
+}
+
+void *pdma_mr_desc(const struct pdma_mr *m)
+{
+	return m ? (void *)(uintptr_t)m->desc_id : NULL;
+}
+
+void *pdma_mr_context(const struct pdma_mr *m)
+{
+	return m ? m->context : NULL;
+}
+
+struct pdma_mr *pdma_desc_mr(struct pdma_domain *d, void *desc)
+{
+	uint64_t id = (uint64_t)(uintptr_t)desc;
+	struct pdma_mr *m;
+
+	HASH_FIND(hh_desc, d->descs, &id, sizeof(id), m);
+	return m;
+}
+
+/* Raw key layout: key (8 bytes, little endian), random tag (8), zero padding. */
+int pdma_mr_raw_attr(const struct pdma_mr *m, uint64_t *base_addr, uint8_t *raw_key,
+		     size_t *key_size, uint64_t flags)
+{
+	size_t need;
+
+	if (!m || !key_size || flags)
+		return -EINVAL;
+	if (!(m->dom->attr.mr_mode & PDMA_MR_RAW))
+		return -ENOSYS;
+	need = m->dom->attr.raw_key_size;
+	if (*key_size < need) {
+		*key_size = need;
+		return -ERANGE; /* libfabric: FI_ETOOSMALL (pdma_errno_to_fi) */
+	}
+	if (!raw_key)
+		return -EINVAL;
+	memset(raw_key, 0, need);
+	for (int i = 0; i < 8; i++)
+		raw_key[i] = (uint8_t)(m->own_key.key >> (8 * i));
+	memcpy(raw_key + 8, m->raw_tag, sizeof(m->raw_tag));
+	*key_size = need;
+	if (base_addr)
+		*base_addr = (m->dom->attr.mr_mode & PDMA_MR_VIRT_ADDR) ? m->base : 0;
+	return 0;
+}
+
+int pdma_mr_map_raw(struct pdma_domain *d, uint64_t base_addr, const uint8_t *raw_key,
+		    size_t key_size, uint64_t *key, uint64_t flags)
+{
+	struct pdma_key_entry *e;
+	struct pdma_mr *m;
+	uint64_t k = 0, expect_base;
+	int ret;
+
+	if (!d || !raw_key || !key || flags)
+		return -EINVAL;
+	if (!(d->attr.mr_mode & PDMA_MR_RAW))
+		return -ENOSYS;
+	if (key_size != d->attr.raw_key_size)
+		return -EINVAL;
+	for (size_t i = 8 + sizeof(m->raw_tag); i < key_size; i++)
+		if (raw_key[i])
+			return -EKEYREJECTED;
+	for (int i = 0; i < 8; i++)
+		k |= (uint64_t)raw_key[i] << (8 * i);
+	e = malloc(sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	pthread_rwlock_wrlock(&d->lock);
+	m = pdma_key_lookup(d, k);
+	if (!m || m->own_key.key != k) {
+		ret = -ENOKEY;
+		goto out;
+	}
+	if (memcmp(raw_key + 8, m->raw_tag, sizeof(m->raw_tag))) {
+		ret = -EKEYREJECTED;
+		goto out;
+	}
+	expect_base = (d->attr.mr_mode & PDMA_MR_VIRT_ADDR) ? m->base : 0;
+	if (base_addr != expect_base) {
+		ret = -EINVAL;
+		goto out;
+	}
+	for (;;) {
+		ret = pdma_random_bytes(&d->rand, &e->key, sizeof(e->key));
+		if (ret)
+			goto out;
+		if (e->key != PDMA_KEY_NOTAVAIL && e->key && !pdma_key_lookup(d, e->key))
+			break;
+	}
+	e->mr = m;
+	e->mapped = true;
+	HASH_ADD(hh, d->keys, key, sizeof(e->key), e);
+	*key = e->key;
+	pthread_rwlock_unlock(&d->lock);
+	return 0;
+out:
+	pthread_rwlock_unlock(&d->lock);
+	free(e);
+	return ret;
+}
+
+int pdma_mr_unmap_key(struct pdma_domain *d, uint64_t key)
+{
+	struct pdma_key_entry *e;
+
+	if (!d)
+		return -EINVAL;
+	if (!(d->attr.mr_mode & PDMA_MR_RAW))
+		return -ENOSYS;
+	pthread_rwlock_wrlock(&d->lock);
+	HASH_FIND(hh, d->keys, &key, sizeof(key), e);
+	if (!e || !e->mapped) {
+		pthread_rwlock_unlock(&d->lock);
+		return e ? -EINVAL : -ENOKEY;
+	}
+	HASH_DEL(d->keys, e);
+	pthread_rwlock_unlock(&d->lock);
+	free(e);
+	return 0;
+}
+
+static bool needs_enable(const struct pdma_domain *d)
+{
+	return d->attr.mr_mode & (PDMA_MR_RMA_EVENT | PDMA_MR_ENDPOINT);
+}
+
+int pdma_mr_bind_cntr(struct pdma_mr *m, struct pdma_cntr *c, uint64_t flags)
+{
+	struct pdma_domain *d;
+	int ret = 0;
+
+	if (!m || !c || c->t.dom != m->dom || atomic_load(&c->t.closed))
+		return -EINVAL;
+	d = m->dom;
+	if (!(d->attr.mr_mode & PDMA_MR_RMA_EVENT))
+		return -EOPNOTSUPP;
+	if (flags != PDMA_REMOTE_WRITE_EVENTS)
+		return -EINVAL;
+	pthread_rwlock_wrlock(&d->lock);
+	if (atomic_load(&m->enabled))
+		ret = -EINVAL; /* bindings are fixed once enabled */
+	else if (m->cntr)
+		ret = -EBUSY;
+	else {
+		m->cntr = c;
+		m->cntr_flags = flags;
+		atomic_fetch_add(&c->t.binds, 1);
+	}
+	pthread_rwlock_unlock(&d->lock);
+	return ret;
+}
+
+int pdma_mr_bind_ep(struct pdma_mr *m, struct pdma_ep *ep, uint64_t flags)
+{
+	struct pdma_domain *d;
+	int ret = 0;
+
+	if (!m || !ep || ep->t.dom != m->dom || atomic_load(&ep->t.closed) || flags)
+		return -EINVAL;
+	d = m->dom;
+	if (!(d->attr.mr_mode & PDMA_MR_ENDPOINT))
+		return -EOPNOTSUPP;
+	pthread_rwlock_wrlock(&d->lock);
+	if (atomic_load(&m->enabled))
+		ret = -EINVAL;
+	else if (m->ep)
+		ret = -EBUSY;
+	else {
+		m->ep = ep;
+		atomic_fetch_add(&ep->t.binds, 1);
+	}
+	pthread_rwlock_unlock(&d->lock);
+	return ret;
+}
+
+int pdma_mr_enable(struct pdma_mr *m)
+{
+	struct pdma_domain *d;
+	int ret = 0;
+
+	if (!m)
+		return -EINVAL;
+	d = m->dom;
+	if (!needs_enable(d))
+		return 0; /* MRs of this domain are enabled at registration */
+	pthread_rwlock_wrlock(&d->lock);
+	if ((d->attr.mr_mode & PDMA_MR_ENDPOINT) && !m->ep)
+		ret = -EINVAL; /* an endpoint MR must be bound before enable */
+	else
+		atomic_store(&m->enabled, true);
+	pthread_rwlock_unlock(&d->lock);
+	return ret;
+}
+
+int pdma_mr_refresh(struct pdma_mr *m, const struct iovec *iov, size_t count, uint64_t flags)
+{
+	struct pdma_region *fresh[64] = { 0 };
+	struct pdma_domain *d;
+	int ret = 0;
+
+	if (!m || !iov || !count || flags)
+		return -EINVAL;
+	d = m->dom;
+	if (!(d->attr.mr_mode & PDMA_MR_MMU_NOTIFY))
+		return -EOPNOTSUPP;
+	/* Each range must lie inside one segment; mark the segments to re-pin. */
+	for (size_t i = 0; i < count; i++) {
+		uint64_t a = (uint64_t)(uintptr_t)iov[i].iov_base;
+		size_t j;
+
+		for (j = 0; j < m->nsegs; j++)
+			if (a >= m->segs[j].addr && iov[i].iov_len &&
+			    iov[i].iov_len <= m->segs[j].addr + m->segs[j].len - a)
+				break;
+		if (j == m->nsegs)
+			return -EINVAL;
+		fresh[j] = (struct pdma_region *)1; /* marker, replaced below */
+	}
+	/* Re-pin outside the lock (pins may be slow); bypass the cache so the
+	 * pages are resolved now, not served from an entry of the old ones. */
+	for (size_t j = 0; j < m->nsegs; j++) {
+		if (!fresh[j])
+			continue;
+		fresh[j] = NULL;
+		ret = seg_pin(d, m->iface, m->device, m->segs[j].addr, m->segs[j].len, NULL, NULL,
+			      &fresh[j]);
+		if (ret) {
+			for (size_t k = 0; k < j; k++)
+				region_release(d, fresh[k]);
+			return ret;
+		}
+	}
+	pthread_rwlock_wrlock(&d->lock);
+	for (size_t j = 0; j < m->nsegs; j++) {
+		if (fresh[j]) {
+			struct pdma_region *old = m->segs[j].region;
+
+			m->segs[j].region = fresh[j];
+			fresh[j] = old;
+		}
+	}
+	pthread_rwlock_unlock(&d->lock);
+	for (size_t j = 0; j < m->nsegs; j++)
+		region_release(d, fresh[j]);
+	return 0;
+}
+
+int pdma_mr_access(struct pdma_domain *d, struct pdma_mr *m, uint64_t addr, size_t len,
+		   uint64_t access, pdma_mr_piece_fn fn, void *arg)
+{
+	uint64_t off;
+	size_t first, last, done = 0;
+
+	if (!(m->access & access))
+		return -EACCES;
+	if (!atomic_load(&m->enabled))
+		return -EAGAIN;
+	if (d->attr.mr_mode & PDMA_MR_VIRT_ADDR) {
+		if (addr < m->base)
+			return -EINVAL;
+		off = addr - m->base;
+	} else {
+		off = addr;
+	}
+	if (!len || off > m->total_len || len > m->total_len - off)
+		return -EINVAL;
+
+	/* Find the segments the transfer touches and hold them all for DMA
+	 * before moving a byte, so a revoked one fails the whole transfer. */
+	for (first = 0; off >= m->segs[first].len; first++)
+		off -= m->segs[first].len;
+	{
+		size_t rem = len + off;
+
+		for (last = first; rem > m->segs[last].len; last++)
+			rem -= m->segs[last].len;
+	}
+	for (size_t i = first; i <= last; i++) {
+		struct pdma_region *r = m->segs[i].region;
+
+		if (!r->ops->cpu_visible || !pdma_region_dma_begin(r)) {
+			for (size_t k = first; k < i; k++)
+				pdma_region_dma_end(m->segs[k].region);
+			return !r->ops->cpu_visible ? -EOPNOTSUPP : -EFAULT;
+		}
+	}
+	for (size_t i = first; i <= last; i++) {
+		size_t n = m->segs[i].len - off;
+
+		if (n > len - done)
+			n = len - done;
+		fn(arg, (void *)(uintptr_t)(m->segs[i].addr + off), n, done);
+		done += n;
+		off = 0;
+	}
+	for (size_t i = first; i <= last; i++)
+		pdma_region_dma_end(m->segs[i].region);
+	if ((access & PDMA_REMOTE_WRITE) && m->cntr &&
+	    (m->cntr_flags & PDMA_REMOTE_WRITE_EVENTS))
+		atomic_fetch_add(&m->cntr->value, 1);
+	return 0;
+}
+
+int pdma_key_access(struct pdma_domain *d, uint64_t key, uint64_t addr, size_t len,
+		    uint64_t access, pdma_mr_piece_fn fn, void *arg)
+{
+	struct pdma_mr *m;
+	int ret;
+
+	pthread_rwlock_rdlock(&d->lock);
+	m = pdma_key_lookup(d, key);
+	ret = m ? pdma_mr_access(d, m, addr, len, access, fn, arg) : -ENOKEY;
+	pthread_rwlock_unlock(&d->lock);
+	return ret;
+}

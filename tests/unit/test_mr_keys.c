@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The fi_mr-style registration API, keys: requested keys, provider keys
+ * (unique, random, across fork), raw keys (attr, map, unmap, tampering).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "mr/domain.h"
+#include "peerdma/mr.h"
+#include "mem/sim.h"
+#include "support/mr_setup.h"
+
+static void test_requested_keys(void **state)
+{
+	struct pdma_domain_attr a;
+	struct pdma_domain *d;
+	static char buf[4096];
+	struct pdma_mr *m1, *m2;
+
+	(void)state;
+	pdma_domain_attr_init(&a);
+	a.mr_mode = PDMA_MR_VIRT_ADDR; /* no PROV_KEY: caller's keys */
+	a.mr_key_size = 2;
+	assert_int_equal(pdma_domain_open(&a, &d), 0);
+	assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 42, 0, &m1, NULL), 0);
+	assert_int_equal(pdma_mr_key(m1), 42);
+	assert_int_equal(pdma_mr_reg(d, buf + 64, 64, RW, 0, 42, 0, &m2, NULL), -ENOKEY);
+	assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 0x10000, 0, &m2, NULL), -EKEYREJECTED);
+	assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 0xffff, 0, &m2, NULL), 0);
+	assert_int_equal(pdma_mr_key(m2), 0xffff);
+	assert_int_equal(pdma_mr_close(m1), 0);
+	/* A closed MR's key is free again. */
+	assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 42, 0, &m1, NULL), 0);
+	assert_int_equal(pdma_domain_close(d), -EBUSY);
+	assert_int_equal(pdma_mr_close(m1), 0);
+	assert_int_equal(pdma_mr_close(m2), 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+
+	pdma_domain_attr_init(&a);
+	a.mr_mode = 0;
+	assert_int_equal(pdma_domain_open(&a, &d), 0);
+	assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, PDMA_KEY_NOTAVAIL, 0, &m1, NULL),
+			 -EKEYREJECTED);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void test_provider_keys(void **state)
+{
+	enum { N = 500 };
+	struct pdma_domain *d = dom_open(PDMA_MR_BASIC, NULL);
+	static char buf[4096];
+	static struct pdma_mr *m[N];
+	uint64_t keys[N];
+	int high = 0;
+
+	(void)state;
+	assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 7, 0, &m[0], NULL), -EKEYREJECTED);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 0, 0, &m[i], NULL), 0);
+		keys[i] = pdma_mr_key(m[i]);
+		assert_true(keys[i] != PDMA_KEY_NOTAVAIL && keys[i] != 0);
+		high += keys[i] >> 56 != 0;
+	}
+	qsort(keys, N, sizeof(keys[0]), cmp_u64);
+	for (int i = 1; i < N; i++)
+		assert_true(keys[i] != keys[i - 1]);
+	/* 64-bit random keys: nearly all have a non-zero top byte
+	 * (P(top byte 0) = 1/256 each); sequential keys would have none. */
+	assert_true(high > N * 9 / 10);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(pdma_mr_close(m[i]), 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
+/* Keys come from a pool of random bytes: a forked child must not draw the
+ * bytes its parent draws next (it would hand out the parent's keys). */
+static void test_provider_keys_fork(void **state)
+{
+	enum { N = 4 };
+	struct pdma_domain *d = dom_open(PDMA_MR_BASIC, NULL);
+	static char buf[4096];
+	struct pdma_mr *m[N + 1];
+	uint64_t mine[N], child[N];
+	int fds[2], status;
+	pid_t pid;
+
+	(void)state;
+	/* Fill the pool in the parent before the fork. */
+	assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 0, 0, &m[N], NULL), 0);
+	assert_int_equal(pipe(fds), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		for (int i = 0; i < N; i++) {
+			struct pdma_mr *cm;
+
+			if (pdma_mr_reg(d, buf, 64, RW, 0, 0, 0, &cm, NULL))
+				_exit(2);
+			child[i] = pdma_mr_key(cm);
+		}
+		_exit(write(fds[1], child, sizeof(child)) == sizeof(child) ? 0 : 3);
+	}
+	close(fds[1]);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 0, 0, &m[i], NULL), 0);
+		mine[i] = pdma_mr_key(m[i]);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(read(fds[0], child, sizeof(child)), sizeof(child));
+	close(fds[0]);
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < N; j++)
+			assert_true(mine[i] != child[j]);
+	for (int i = 0; i <= N; i++)
+		assert_int_equal(pdma_mr_close(m[i]), 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
+static void test_raw_keys(void **state)
+{
+	struct pdma_domain *d = dom_open(PDMA_MR_BASIC | PDMA_MR_RAW, NULL);
+	struct pdma_domain *plain = dom_open(PDMA_MR_BASIC, NULL);
+	static char buf[4096];
+	uint8_t raw[32], bad[32];
+	size_t ks = 4;
+	uint64_t base = 1, key, key2, pk;
+	struct pdma_mr *m, *pm;
+	char out[8] = { 0 };
+
+	(void)state;
+	assert_int_equal(pdma_mr_reg(d, buf, 256, RW, 0, 0, 0, &m, NULL), 0);
+	assert_true(pdma_mr_key(m) == PDMA_KEY_NOTAVAIL);
+	assert_int_equal(pdma_mr_raw_attr(m, &base, raw, &ks, 0), -ERANGE);
+	assert_int_equal(ks, 16);
+	assert_int_equal(pdma_mr_raw_attr(m, &base, raw, &ks, 1), -EINVAL);
+	assert_int_equal(pdma_mr_raw_attr(m, &base, raw, &ks, 0), 0);
+	assert_int_equal(ks, 16);
+	assert_int_equal(base, (uint64_t)(uintptr_t)buf);
+	/* The peer side: map the raw key to a usable key. */
+	assert_int_equal(pdma_mr_map_raw(d, base, raw, ks, &key, 0), 0);
+	assert_int_equal(pdma_sim_dma_write(d, key, base + 10, "raw!", 4), 0);
+	assert_memory_equal(buf + 10, "raw!", 4);
+	assert_int_equal(pdma_mr_map_raw(d, base, raw, ks, &key2, 0), 0);
+	assert_true(key2 != key);
+	memcpy(bad, raw, ks);
+	bad[9] ^= 1; /* tampered tag */
+	assert_int_equal(pdma_mr_map_raw(d, base, bad, ks, &key2, 0), -EKEYREJECTED);
+	memcpy(bad, raw, ks);
+	bad[0] ^= 1; /* unknown key */
+	assert_int_equal(pdma_mr_map_raw(d, base, bad, ks, &key2, 0), -ENOKEY);
+	assert_int_equal(pdma_mr_map_raw(d, base + 1, raw, ks, &key2, 0), -EINVAL);
+	assert_int_equal(pdma_mr_map_raw(d, base, raw, ks - 1, &key2, 0), -EINVAL);
+	assert_int_equal(pdma_mr_unmap_key(d, key), 0);
+	assert_int_equal(pdma_sim_dma_read(d, key, base, out, 4), -ENOKEY);
+	assert_int_equal(pdma_mr_unmap_key(d, key), -ENOKEY);
+	/* Non-raw domains have no raw calls. */
+	assert_int_equal(pdma_mr_reg(plain, buf, 64, RW, 0, 0, 0, &pm, NULL), 0);
+	pk = pdma_mr_key(pm);
+	assert_true(pk != PDMA_KEY_NOTAVAIL);
+	ks = sizeof(raw);
+	assert_int_equal(pdma_mr_raw_attr(pm, &base, raw, &ks, 0), -ENOSYS);
+	assert_int_equal(pdma_mr_map_raw(plain, base, raw, 16, &key2, 0), -ENOSYS);
+	assert_int_equal(pdma_mr_unmap_key(plain, pk), -ENOSYS);
+	assert_int_equal(pdma_mr_close(pm), 0);
+	/* Mapped keys die with their MR; the domain stays closable. */
+	assert_int_equal(pdma_mr_close(m), 0);
+	assert_int_equal(pdma_sim_dma_read(d, key2, base, out, 4), -ENOKEY);
+	assert_int_equal(pdma_domain_close(d), 0);
+	assert_int_equal(pdma_domain_close(plain), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_requested_keys),
+		cmocka_unit_test(test_provider_keys),
+		cmocka_unit_test(test_provider_keys_fork),
+		cmocka_unit_test(test_raw_keys),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
