@@ -94,7 +94,7 @@ struct pdma_cuda_pin_info {
 	uint64_t buffer_id;
 	int dmabuf_fd;          /* -1 unless PDMA_CUDA_PIN_DMABUF and not revoked */
 	uint64_t dmabuf_start;  /* exported range (may stop short of va + len at the
-				 * allocation's end, see mem_cuda.c) */
+				 * allocation's end, see cuda_gpu.c) */
 	size_t dmabuf_len;
 	uint64_t dmabuf_offset; /* va - dmabuf_start (0) */
 	bool revoked;
