@@ -6,6 +6,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/delay.h>
 #include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
@@ -20,8 +21,16 @@ module_param(dmabuf_dynamic, bool, 0644);
 MODULE_PARM_DESC(dmabuf_dynamic,
 		 "export dynamic dma-bufs (pin/unpin, map under the resv lock), else cached static ones");
 
+static unsigned int attach_delay_ms;
+module_param(attach_delay_ms, uint, 0644);
+MODULE_PARM_DESC(attach_delay_ms, "sleep in each attach, no lock held (race tests)");
+
 static int gs_buf_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 {
+	if (READ_ONCE(attach_delay_ms))
+		msleep(READ_ONCE(attach_delay_ms));
+	if (gs_fail())
+		return -ENOMEM;
 	/* BAR memory has no struct pages: only peer-to-peer capable importers */
 	return attach->peer2peer ? 0 : -EOPNOTSUPP;
 }
@@ -51,6 +60,8 @@ static struct sg_table *gs_buf_map(struct dma_buf_attachment *attach,
 		dma_resv_assert_held(attach->dmabuf->resv);
 	if (b->revoked)
 		return ERR_PTR(-ENODEV);
+	if (gs_fail())
+		return ERR_PTR(-ENOMEM);
 	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
 	if (!sgt)
 		return ERR_PTR(-ENOMEM);

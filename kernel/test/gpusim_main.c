@@ -6,11 +6,13 @@
  * by the BAR2 of QEMU's ivshmem-plain device (1af4:1110). User space allocates
  * and frees "GPU memory" through /dev/gpusim (see gpusim_uapi.h); freeing runs
  * the free callbacks synchronously with the driver lock held, as the NVIDIA
- * driver does. This file: the allocations, the device file, the PCI driver.
+ * driver does (gpusim_p2p.c lists the rules it enforces). This file: the
+ * allocations, the device file, the PCI driver.
  *
  * Protocol violations by a caller (put_pages from within a free callback, a
- * callback that did not call free_page_table, unbalanced mappings) are logged
- * as "gpusim: VIOLATION" lines, which the test harness looks for.
+ * callback that did not call free_page_table, any use of a page table after
+ * its callback returned) are logged as "gpusim: VIOLATION" lines, which the
+ * test harness looks for, and counted (GPUSIM_IOC_INFO).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -204,6 +206,8 @@ static long gs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		u.info.bufs = atomic_read(&gs.nbufs);
 		u.info.bufmaps = atomic_read(&gs.nbufmaps);
 		u.info.callbacks = atomic_read(&gs.ncallbacks);
+		u.info.violations = atomic_read(&gs.violations);
+		u.info.legacy_hits = atomic_read(&gs.legacy_hits);
 		return copy_to_user(uarg, &u.info, sizeof(u.info)) ? -EFAULT : 0;
 	case GPUSIM_IOC_ALLOC:
 		if (copy_from_user(&u.alloc, uarg, sizeof(u.alloc)))
@@ -321,6 +325,8 @@ static int gs_stat_show(struct seq_file *s, void *unused)
 		   atomic_read(&gs.ntables), atomic_read(&gs.nmappings),
 		   atomic_read(&gs.nbufs), atomic_read(&gs.nbufmaps),
 		   atomic_read(&gs.ncallbacks));
+	seq_printf(s, "violations %d\nlegacy_hits %d\n", atomic_read(&gs.violations),
+		   atomic_read(&gs.legacy_hits));
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(gs_stat);
@@ -328,6 +334,7 @@ DEFINE_SHOW_ATTRIBUTE(gs_stat);
 static int __init gs_init(void)
 {
 	mutex_init(&gs.lock);
+	spin_lock_init(&gs.tlock);
 	INIT_LIST_HEAD(&gs.tables);
 	gs.dbg = debugfs_create_dir("gpusim", NULL);
 	debugfs_create_file("stats", 0400, gs.dbg, NULL, &gs_stat_fops);

@@ -28,6 +28,8 @@ struct gpusim_info {
 	__u32 bufs;		/* live exported dma-bufs */
 	__u32 callbacks;	/* free callbacks run so far */
 	__u32 bufmaps;		/* live dma-buf attachment mappings */
+	__u32 violations;	/* documented rules broken by a caller */
+	__u32 legacy_hits;	/* 515-535 race hits (legacy_race parameter) */
 	__u32 pad;
 };
 

@@ -79,9 +79,12 @@ extern const struct pd_test pd_isolation_tests[];	/* isolation.c */
 extern const struct pd_test pd_dmabuf_tests[];		/* dmabuf.c */
 extern const struct pd_test pd_client_tests[];		/* client.c */
 extern const struct pd_test pd_lifetime_tests[];	/* lifetime.c */
+extern const struct pd_test pd_strict_tests[];		/* strict.c */
+extern const struct pd_test pd_fault_tests[];		/* faults.c */
+extern const struct pd_test pd_final_tests[];		/* dmabuf.c: pdtest final */
 
 /* the other modes of pdtest: failures (0: passed) */
-int do_race(int seconds);			/* race.c */
+int do_race(int seconds, long rounds);		/* race.c */
 int do_fuzz(int seconds, uint64_t seed);	/* fuzz.c */
 int do_rmmod(void);				/* lifetime.c */
 

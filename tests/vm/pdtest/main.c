@@ -3,7 +3,8 @@
  * In-guest test suite of peerdma.ko (static binary, run by tests/vm/init).
  *   pdtest suite [SEED [TEST]]  every functional test (or one), one "ok - NAME" / "not ok - NAME"
  *                        / "skip - NAME" line each (SEED: of the DMA pattern)
- *   pdtest race SECONDS  see race.c
+ *   pdtest final [SEED]  the tests that must run last (the host checks their bytes)
+ *   pdtest race SECONDS [ROUNDS]  see race.c
  *   pdtest fuzz SECONDS [SEED]  see fuzz.c
  *   pdtest rmmod         rmmod with live pins refused, nothing leaked after
  * Every test runs in its own child process; a crash or hang fails only it.
@@ -18,7 +19,8 @@
 
 static const struct pd_test *const suites[] = {
 	pd_abi_tests, pd_host_tests, pd_gpu_tests, pd_isolation_tests,
-	pd_dmabuf_tests, pd_client_tests, pd_lifetime_tests,
+	pd_dmabuf_tests, pd_client_tests, pd_lifetime_tests, pd_strict_tests,
+	pd_fault_tests,
 };
 
 static int run_one(const char *name, void (*fn)(void), int timeout)
@@ -62,11 +64,17 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < sizeof(suites) / sizeof(suites[0]); i++)
 			for (const struct pd_test *t = suites[i]; t->name; t++)
 				if (!only || !strcmp(only, t->name))
-					bad |= run_one(t->name, t->fn, 60);
+					bad |= run_one(t->name, t->fn, 120);
+		return bad;
+	}
+	if (argc >= 2 && !strcmp(argv[1], "final")) {
+		cfg_seed = argc >= 3 ? atoi(argv[2]) : 1;
+		for (const struct pd_test *t = pd_final_tests; t->name; t++)
+			bad |= run_one(t->name, t->fn, 120);
 		return bad;
 	}
 	if (argc >= 3 && !strcmp(argv[1], "race")) {
-		bad = do_race(atoi(argv[2]));
+		bad = do_race(atoi(argv[2]), argc >= 4 ? atol(argv[3]) : 0);
 		printf("%s - race\n", bad ? "not ok" : "ok");
 		return bad;
 	}
@@ -86,6 +94,7 @@ int main(int argc, char **argv)
 		printf("%s - rmmod_live_pins\n", bad ? "not ok" : "ok");
 		return bad;
 	}
-	fprintf(stderr, "usage: pdtest suite [SEED [TEST]] | race S | fuzz S [SEED] | rmmod\n");
+	fprintf(stderr,
+		"usage: pdtest suite [SEED [TEST]] | final [SEED] | race S [ROUNDS] | fuzz S [SEED] | rmmod\n");
 	return 2;
 }
