@@ -49,7 +49,10 @@ void pdma_client_set_addr(struct peerdma_client *c, u32 i, dma_addr_t addr)
 
 /*
  * Stop every client of @pin (the caller won the ownership decision), let the
- * loser of that decision go on, then take the clients' mappings down.
+ * loser of that decision go on, then take the clients' mappings down. The
+ * loser may be a revoke path that holds the provider's locks (dma_resv: a
+ * dma-buf client's unmap takes it), so it is let go first; no mapping refers
+ * to anything the loser frees when it returns (see peerdma.h).
  */
 void pdma_clients_quiesce(struct pdma_pin *pin, bool revoking)
 {
@@ -158,40 +161,37 @@ int peerdma_client_get(int fd, u64 handle, struct device *dev, u32 flags,
 	c->map.entries = entries;
 	c->map.addrs = c->dma;
 
-	if (prov->map_unlocked) {
-		ret = prov->map(pin, c);
-		if (ret)
-			goto err_free;
-		mutex_lock(&pin->lock);
-		if (atomic_read(&pin->state) != PDMA_LIVE) {
-			mutex_unlock(&pin->lock);
-			prov->unmap(pin, c, false);
-			ret = -ENODEV;
-			goto err_put;
-		}
-	} else {
-		mutex_lock(&pin->lock);
-		if (atomic_read(&pin->state) != PDMA_LIVE) {
-			mutex_unlock(&pin->lock);
-			ret = -ENODEV;
-			goto err_free;
-		}
-		ret = prov->map(pin, c);
-		if (ret) {
-			mutex_unlock(&pin->lock);
-			goto err_free;
-		}
+	/* no allocation under pin->lock: it is taken in reclaim (MMU notifier) */
+	down_read(&pin->map_sem);
+	if (atomic_read(&pin->state) != PDMA_LIVE) {
+		ret = -ENODEV;
+		goto err_unlock;
+	}
+	ret = prov->map(pin, c);
+	if (ret)
+		goto err_unlock;
+	mutex_lock(&pin->lock);
+	if (atomic_read(&pin->state) != PDMA_LIVE) {
+		/* revoked meanwhile: the device never saw these addresses */
+		mutex_unlock(&pin->lock);
+		prov->unmap(pin, c, false);
+		up_read(&pin->map_sem);
+		ret = -ENODEV;
+		goto err_put;
 	}
 	kref_get(&c->ref);	/* the list's */
 	list_add_tail(&c->node, &pin->clients);
 	c->on_list = true;
 	mutex_unlock(&pin->lock);
+	up_read(&pin->map_sem);
 	*out = c;
 	return 0;
 
 err_put:
 	pdma_client_ref_put(c);	/* provider state to clean up: deferred free */
 	return ret;
+err_unlock:
+	up_read(&pin->map_sem);
 err_free:
 	kvfree(c->dma);
 	kfree(c);
@@ -244,22 +244,21 @@ void peerdma_client_put(struct peerdma_client *pc)
 	if (!c)
 		return;
 	pin = c->pin;
+	/* the unmap must end before a release gives the pages back */
+	down_read(&pin->map_sem);
 	mutex_lock(&pin->lock);
 	if (c->on_list) {
 		list_del_init(&c->node);
 		c->on_list = false;
 		WRITE_ONCE(c->dead, true);
 		unmap = true;
-		/* under the lock: a revoke path must not free what we unmap */
-		if (!pin->prov->map_unlocked)
-			pin->prov->unmap(pin, c, false);
 	}
 	mutex_unlock(&pin->lock);
 	if (unmap) {
-		if (pin->prov->map_unlocked)
-			pin->prov->unmap(pin, c, false);
+		pin->prov->unmap(pin, c, false);
 		pdma_client_ref_put(c);
 	}
+	up_read(&pin->map_sem);
 	pdma_client_ref_put(c);
 }
 EXPORT_SYMBOL_GPL(peerdma_client_put);

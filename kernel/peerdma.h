@@ -7,11 +7,16 @@
  * MMU invalidation, dma-buf move_notify) or LIVE -> RELEASING (unpin, close,
  * process exit). The winner quiesces the clients and releases the pages; the
  * loser only waits until the winner has quiesced the clients, so no device DMA
- * reaches pages after their owner reclaimed them.
+ * reaches pages after their owner reclaimed them. What a client mapping refers
+ * to never dies with the loser's return: a free-callback page table does, so
+ * those clients are mapped from the physical addresses (pin_nvp2p.c).
  *
- * Lock order: (provider locks: GPU driver lock, dma_resv, mmap_lock) ->
- * pin->lock -> client driver locks (quiesce) ; file->lock and file->ev_lock are
- * never held while calling into a provider.
+ * Lock order: (provider locks: GPU driver lock, dma_resv, mmap_lock, reclaim)
+ * -> pin->lock -> client driver locks (quiesce). So nothing under pin->lock
+ * calls into a provider or allocates memory: mapping a client runs under
+ * pin->map_sem instead, which no revoke path takes (map_sem -> provider
+ * locks); release takes it for write once, to wait for mappings in flight.
+ * file->lock and file->ev_lock are never held while calling into a provider.
  */
 #ifndef PEERDMA_INTERNAL_H
 #define PEERDMA_INTERNAL_H
@@ -21,6 +26,7 @@
 #include <linux/list.h>
 #include <linux/mmu_notifier.h>
 #include <linux/mutex.h>
+#include <linux/rwsem.h>
 #include <linux/spinlock.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
@@ -71,7 +77,10 @@ struct peerdma_client {
 	dma_addr_t *dma;
 	/* provider state for this client mapping */
 	union {
-		void *nv_mapping;	/* struct nvidia_p2p_dma_mapping */
+		struct {
+			void *mapping;	/* persistent: nvidia_p2p_dma_mapping */
+			bool res;	/* free-callback: dma_map_resource */
+		} nv;
 		struct {
 			struct dma_buf *dmabuf;	/* ref held */
 			struct dma_buf_attachment *attach;
@@ -85,20 +94,23 @@ struct pdma_provider {
 	u32 kind;
 	/* pin the range in pin->addr/len (already validated); fill pin->phys etc. */
 	int (*pin)(struct pdma_pin *pin, int fd);
-	/* state RELEASING, clients gone: give the pages back (may sleep) */
+	/* state RELEASING, clients gone, no mapping in flight: give the pages back */
 	void (*release)(struct pdma_pin *pin);
 	/* after release or revoke completed: drop what still refers to the pin */
 	void (*destroy)(struct pdma_pin *pin);
 	/*
-	 * map a client: fill c->dma (page_size entries). Called with pin->lock
-	 * held and the pin LIVE unless map_unlocked is set.
+	 * map a client: fill c->dma (page_size entries). Called under
+	 * pin->map_sem (read), without pin->lock, the pin LIVE when it began; a
+	 * revoke may come at any time (the caller checks the state after).
 	 */
 	int (*map)(struct pdma_pin *pin, struct peerdma_client *c);
-	/* undo map; @revoking: from within the provider's revoke path */
+	/*
+	 * undo map, without pin->lock; @revoking: from within the provider's
+	 * revoke path (its locks held), else under map_sem or by the winner
+	 */
 	void (*unmap)(struct pdma_pin *pin, struct peerdma_client *c, bool revoking);
 	/* last reference to the client gone (process context, no locks) */
 	void (*client_free)(struct peerdma_client *c);
-	bool map_unlocked;
 };
 
 struct pdma_pin {
@@ -114,7 +126,8 @@ struct pdma_pin {
 	u32 page_shift;			/* native entry size */
 	u32 npages;
 	u64 *phys;			/* CPU physical address per native entry */
-	struct mutex lock;		/* clients list; excludes revoke vs map */
+	struct mutex lock;		/* clients list; no allocation under it */
+	struct rw_semaphore map_sem;	/* client mappings in flight vs release */
 	struct list_head clients;
 	struct completion ready;	/* creation finished (success or not) */
 	struct completion quiesced;	/* the ownership winner stopped all clients */
@@ -124,8 +137,9 @@ struct pdma_pin {
 	bool counted;			/* pages held: counts in pdma_live_pins */
 	union {
 		struct {
-			struct nvidia_p2p_page_table *pt;
+			struct nvidia_p2p_page_table *pt;	/* NULL once put */
 			bool persistent;
+			bool torn;	/* the callback returned: pt is gone */
 		} nv;
 		struct {
 			struct mmu_interval_notifier notifier;
@@ -171,6 +185,7 @@ void pdma_pin_put(struct pdma_pin *pin);
 struct pdma_pin *pdma_pin_get_by_id(u64 id);
 bool pdma_pin_revoke_begin(struct pdma_pin *pin);
 void pdma_pin_revoke_end(struct pdma_pin *pin, u32 reason);
+void pdma_pin_wait_mappings(struct pdma_pin *pin);
 void pdma_pin_pages_held(struct pdma_pin *pin);
 void pdma_pin_pages_gone(struct pdma_pin *pin);
 u32 pdma_pin_entries(const struct pdma_pin *pin, u32 flags, u32 *page_size);

@@ -100,6 +100,16 @@ bool pdma_pin_revoke_begin(struct pdma_pin *pin)
 	return false;
 }
 
+/*
+ * The state is no longer LIVE: a client mapping that began before (under
+ * map_sem) sees that, and undoes itself; wait until it has.
+ */
+void pdma_pin_wait_mappings(struct pdma_pin *pin)
+{
+	down_write(&pin->map_sem);
+	up_write(&pin->map_sem);
+}
+
 void pdma_pin_revoke_end(struct pdma_pin *pin, u32 reason)
 {
 	pdma_pin_pages_gone(pin);
@@ -196,6 +206,7 @@ int pdma_pin_create(struct pdma_file *f, struct peerdma_pin *req)
 	pin->len = end - start;
 	pin->user_data = req->user_data;
 	mutex_init(&pin->lock);
+	init_rwsem(&pin->map_sem);
 	INIT_LIST_HEAD(&pin->clients);
 	INIT_LIST_HEAD(&pin->ev_node);
 	init_completion(&pin->ready);
@@ -245,6 +256,7 @@ void pdma_pin_release(struct pdma_pin *pin)
 {
 	if (atomic_cmpxchg(&pin->state, PDMA_LIVE, PDMA_RELEASING) == PDMA_LIVE) {
 		pdma_clients_quiesce(pin, false);
+		pdma_pin_wait_mappings(pin);
 		pin->prov->release(pin);
 		pdma_pin_pages_gone(pin);
 		complete_all(&pin->done);

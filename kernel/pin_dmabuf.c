@@ -16,20 +16,24 @@
 
 #include "peerdma.h"
 
-static void pdma_buf_move_notify(struct dma_buf_attachment *attach)
+/* the exporter moves or revokes the buffer (dma_resv lock held) */
+static void pdma_buf_revoke(struct pdma_pin *pin, struct dma_buf *dmabuf)
 {
-	struct pdma_pin *pin = attach->importer_priv;
-
-	dma_resv_assert_held(attach->dmabuf->resv);
+	dma_resv_assert_held(dmabuf->resv);
 	if (atomic_read(&pin->state) == PDMA_CREATING) {
 		pin->buf.moved = true;	/* the creator checks it under the lock */
 		return;
 	}
 	if (pdma_pin_revoke_begin(pin)) {
-		dma_buf_unmap_attachment(attach, pin->buf.sgt, DMA_BIDIRECTIONAL);
+		dma_buf_unmap_attachment(pin->buf.attach, pin->buf.sgt, DMA_BIDIRECTIONAL);
 		pin->buf.sgt = NULL;
 		pdma_pin_revoke_end(pin, PEERDMA_EVENT_DMABUF_MOVE);
 	}
+}
+
+static void pdma_buf_move_notify(struct dma_buf_attachment *attach)
+{
+	pdma_buf_revoke(attach->importer_priv, attach->dmabuf);
 }
 
 static const struct dma_buf_attach_ops pdma_buf_attach_ops = {
@@ -37,9 +41,17 @@ static const struct dma_buf_attach_ops pdma_buf_attach_ops = {
 	.move_notify = pdma_buf_move_notify,
 };
 
-/* a client's attachment: the pin's own attachment does the revoking */
+/*
+ * A client's attachment: the exporter may notify it before the pin's own,
+ * and the client's mapping must not outlive the notification either.
+ */
 static void pdma_buf_client_move_notify(struct dma_buf_attachment *attach)
 {
+	struct peerdma_client *c = attach->importer_priv;
+
+	/* a dead client's attachment waits for its deferred free: the pin may be gone */
+	if (!READ_ONCE(c->dead))
+		pdma_buf_revoke(c->pin, attach->dmabuf);
 }
 
 static const struct dma_buf_attach_ops pdma_buf_client_attach_ops = {
@@ -181,40 +193,61 @@ static void pdma_buf_destroy(struct pdma_pin *pin)
 	pin->buf.dmabuf = NULL;
 }
 
-/* without pin->lock: attaching takes the dma_resv lock */
+/*
+ * Under map_sem, without pin->lock (attaching sleeps and takes the dma_resv
+ * lock). The dma-buf is the pin's until its release: the client takes a
+ * reference of its own while the pin is LIVE, under pin->lock, which the
+ * release cannot pass before it has quiesced the clients.
+ */
 static int pdma_buf_map(struct pdma_pin *pin, struct peerdma_client *c)
 {
-	struct dma_buf *dmabuf = pin->buf.dmabuf;
 	struct dma_buf_attachment *attach;
+	struct dma_buf *dmabuf;
 	struct sg_table *sgt;
 	int ret;
 
-	attach = dma_buf_dynamic_attach(dmabuf, c->dev, &pdma_buf_client_attach_ops, c);
-	if (IS_ERR(attach))
-		return PTR_ERR(attach);
+	mutex_lock(&pin->lock);
+	dmabuf = pin->buf.dmabuf;
+	if (atomic_read(&pin->state) != PDMA_LIVE || !dmabuf) {
+		mutex_unlock(&pin->lock);
+		return -ENODEV;
+	}
 	get_dma_buf(dmabuf);
+	mutex_unlock(&pin->lock);
 	c->buf.dmabuf = dmabuf;
+	attach = dma_buf_dynamic_attach(dmabuf, c->dev, &pdma_buf_client_attach_ops, c);
+	if (IS_ERR(attach)) {
+		ret = PTR_ERR(attach);
+		goto err_put;
+	}
 	c->buf.attach = attach;
 	dma_resv_lock(dmabuf->resv, NULL);
+	/* revoked (move_notify runs under this lock) since we looked */
+	if (atomic_read(&pin->state) != PDMA_LIVE) {
+		ret = -ENODEV;
+		goto err_unlock;
+	}
 	sgt = dma_buf_map_attachment(attach, DMA_BIDIRECTIONAL);
 	if (IS_ERR(sgt)) {
 		ret = PTR_ERR(sgt);
-		goto err;
+		goto err_unlock;
 	}
 	c->buf.sgt = sgt;
 	ret = pdma_sg_fill(pin, sgt, pin->page_shift, NULL, c);
 	if (ret) {
 		dma_buf_unmap_attachment(attach, sgt, DMA_BIDIRECTIONAL);
 		c->buf.sgt = NULL;
-		goto err;
+		goto err_unlock;
 	}
 	dma_resv_unlock(dmabuf->resv);
 	return 0;
-err:
+
+err_unlock:
 	dma_resv_unlock(dmabuf->resv);
 	dma_buf_detach(dmabuf, attach);
-	dma_buf_put(dmabuf);
 	c->buf.attach = NULL;
+err_put:
+	dma_buf_put(dmabuf);
 	c->buf.dmabuf = NULL;
 	return ret;
 }
@@ -252,5 +285,4 @@ const struct pdma_provider pdma_dmabuf_provider = {
 	.map = pdma_buf_map,
 	.unmap = pdma_buf_unmap,
 	.client_free = pdma_buf_client_free,
-	.map_unlocked = true,
 };

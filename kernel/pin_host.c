@@ -29,6 +29,7 @@ static void pdma_host_revoke_work(struct work_struct *work)
 {
 	struct pdma_pin *pin = container_of(work, struct pdma_pin, host.revoke_work);
 
+	pdma_pin_wait_mappings(pin);
 	pdma_host_unpin(pin);
 	pdma_pin_revoke_end(pin, PEERDMA_EVENT_HOST_INVALIDATE);
 	pdma_pin_put(pin);
@@ -163,13 +164,12 @@ static int pdma_host_map(struct pdma_pin *pin, struct peerdma_client *c)
 	dma_addr_t d;
 	u32 i;
 
-	lockdep_assert_held(&pin->lock);
 	for (i = 0; i < pin->npages; i++) {
 		d = dma_map_page(c->dev, pin->host.pages[i], 0, PAGE_SIZE, dir);
 		if (dma_mapping_error(c->dev, d)) {
 			while (i--)
 				dma_unmap_page(c->dev, c->dma[i], PAGE_SIZE, dir);
-			return -EIO;
+			return -ENOMEM;	/* out of I/O address space or memory */
 		}
 		c->dma[i] = d;
 	}

@@ -5,12 +5,23 @@
  * driver refuses the persistent API (MIG, vGPU).
  *
  * The free callback gets the handle id, never a pointer: it looks the pin up,
- * decides ownership with one cmpxchg, quiesces the clients, frees their DMA
- * mappings and the page table (never put_pages) and returns without waiting on
- * the GPU.
+ * decides ownership with one cmpxchg, quiesces the clients, frees the page
+ * table (never put_pages) and returns without waiting on the GPU. The driver
+ * frees the table when it returns, and it holds its own lock meanwhile, the
+ * lock nvidia_p2p_dma_map_pages and dma_unmap_pages take. So a client of a
+ * free-callback pin cannot be mapped or unmapped through the table safely:
+ * a call that waits for that lock while the callback runs touches the freed
+ * table once it gets it, and the callback cannot wait for such a call without
+ * deadlocking. Those clients are mapped with dma_map_resource() from the
+ * physical addresses copied at pin time, as the driver itself maps BAR pages
+ * for a PCIe peer; their mappings outlive the table. Persistent pins have no
+ * callback: their clients get nvidia_p2p_dma_map_pages(), which also covers
+ * platforms where the peer's addresses are not BAR addresses. Neither is
+ * called under pin->lock, which the callback takes.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/dma-mapping.h>
 #include <linux/pci.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
@@ -31,32 +42,43 @@ static void pdma_nv_free_callback(void *data)
 	/* the creator reads the page table until ready; it takes no driver lock */
 	wait_for_completion(&pin->ready);
 	/*
-	 * Still valid here: a racing put_pages (unpin won the ownership decision)
-	 * waits for the driver lock that our caller holds.
+	 * Still valid here: the table dies when we return, and a racing put
+	 * (unpin won the ownership decision) waits for the driver lock our
+	 * caller holds. NULL: put already (only a driver with the 515-535 race
+	 * calls back after put_pages returned).
 	 */
-	pt = pin->nv.pt;
+	pt = READ_ONCE(pin->nv.pt);
 	if (pdma_pin_revoke_begin(pin)) {
-		nvidia_p2p_free_page_table(pt);
-		pin->nv.pt = NULL;
+		/* clients stopped and unmapped; the pages are the driver's again */
 		pdma_pin_revoke_end(pin, PEERDMA_EVENT_GPU_FREE);
-	} else if (pt) {
-		/* unpin owns the pages, but the table dies with this callback */
-		nvidia_p2p_free_page_table(pt);
+	} else {
+		/* unpin owns the pages and stopped the clients: it must not put */
+		WRITE_ONCE(pin->nv.torn, true);
 	}
+	if (pt)
+		nvidia_p2p_free_page_table(pt);
 	pdma_pin_put(pin);
+}
+
+/* the I/O address of native page @i as mapped for client @c */
+static dma_addr_t pdma_nv_client_addr(struct pdma_pin *pin, struct peerdma_client *c, u32 i)
+{
+	return c->dma[(u64)i << (pin->page_shift - c->shift)];
 }
 
 static void pdma_nv_put(struct pdma_pin *pin)
 {
-	int ret;
+	struct nvidia_p2p_page_table *pt = pin->nv.pt;
+	int ret = 0;
 
 	if (pin->nv.persistent)
-		ret = nvidia_p2p_put_pages_persistent(pin->addr, pin->nv.pt, 0);
-	else
-		ret = nvidia_p2p_put_pages(0, 0, pin->addr, pin->nv.pt);
+		ret = nvidia_p2p_put_pages_persistent(pin->addr, pt, 0);
+	else if (!READ_ONCE(pin->nv.torn))
+		/* a callback that starts now: the driver sorts it out (returns 0) */
+		ret = nvidia_p2p_put_pages(0, 0, pin->addr, pt);
 	if (ret)
 		pr_err("put_pages of handle %llu failed: %d\n", pin->id, ret);
-	pin->nv.pt = NULL;
+	WRITE_ONCE(pin->nv.pt, NULL);
 }
 
 static int pdma_nv_pin(struct pdma_pin *pin, int fd)
@@ -132,15 +154,39 @@ static void pdma_nv_release(struct pdma_pin *pin)
 	pdma_nv_put(pin);
 }
 
+/* free-callback mode: our own mapping of the BAR pages (see the top) */
+static int pdma_nv_map_resource(struct pdma_pin *pin, struct peerdma_client *c)
+{
+	u64 size = 1ULL << pin->page_shift;
+	dma_addr_t d;
+	u32 i;
+
+	for (i = 0; i < pin->npages; i++) {
+		d = dma_map_resource(c->dev, pin->phys[i], size, DMA_BIDIRECTIONAL,
+				     DMA_ATTR_SKIP_CPU_SYNC);
+		if (dma_mapping_error(c->dev, d)) {
+			while (i--)
+				dma_unmap_resource(c->dev, pdma_nv_client_addr(pin, c, i), size,
+						   DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC);
+			return -ENOMEM;	/* out of I/O address space or memory */
+		}
+		pdma_client_set_addr(c, i, d);
+	}
+	c->nv.res = true;
+	return 0;
+}
+
 static int pdma_nv_map(struct pdma_pin *pin, struct peerdma_client *c)
 {
 	struct nvidia_p2p_dma_mapping *m;
 	u32 i;
 	int ret;
 
-	lockdep_assert_held(&pin->lock);
 	if (!dev_is_pci(c->dev))
 		return -EINVAL;
+	if (!pin->nv.persistent)
+		return pdma_nv_map_resource(pin, c);
+	/* the table lives until put, which waits for us (map_sem) */
 	ret = nvidia_p2p_dma_map_pages(to_pci_dev(c->dev), pin->nv.pt, &m);
 	if (ret)
 		return ret == -ENOTSUPP ? -EOPNOTSUPP : ret;
@@ -152,19 +198,26 @@ static int pdma_nv_map(struct pdma_pin *pin, struct peerdma_client *c)
 	}
 	for (i = 0; i < m->entries; i++)
 		pdma_client_set_addr(c, i, m->dma_addresses[i]);
-	c->nv_mapping = m;
+	c->nv.mapping = m;
 	return 0;
 }
 
 static void pdma_nv_unmap(struct pdma_pin *pin, struct peerdma_client *c, bool revoking)
 {
-	if (!c->nv_mapping)
-		return;
-	if (revoking)
-		nvidia_p2p_free_dma_mapping(c->nv_mapping);
-	else
-		nvidia_p2p_dma_unmap_pages(to_pci_dev(c->dev), pin->nv.pt, c->nv_mapping);
-	c->nv_mapping = NULL;
+	u32 i;
+
+	if (c->nv.res) {
+		for (i = 0; i < pin->npages; i++)
+			dma_unmap_resource(c->dev, pdma_nv_client_addr(pin, c, i),
+					   1ULL << pin->page_shift, DMA_BIDIRECTIONAL,
+					   DMA_ATTR_SKIP_CPU_SYNC);
+		c->nv.res = false;
+	}
+	if (c->nv.mapping) {
+		/* persistent: no revoke path; before put (release waits for us) */
+		nvidia_p2p_dma_unmap_pages(to_pci_dev(c->dev), pin->nv.pt, c->nv.mapping);
+		c->nv.mapping = NULL;
+	}
 }
 
 const struct pdma_provider pdma_nvp2p_provider = {

@@ -114,7 +114,8 @@ static void *dma_thread(void *arg)
 static int revoke_dma_round(int last)
 {
 	int gfd = gs_open(), bfd, before = fails, conclusive = 0;
-	uint64_t off, va = gs_alloc(gfd, GPAGE, &off);
+	/* clear of dma_edu's bytes (the first 128 KiB), which the host checks too */
+	uint64_t spacer = gs_alloc(gfd, 2 * GPAGE, NULL), off, va = gs_alloc(gfd, GPAGE, &off);
 	uint8_t *gm = map_gpu(gfd, off, GPAGE), *src = map_anon(PAGE);
 	struct peerdma_event ev;
 	long waits0, waits1;
@@ -157,6 +158,7 @@ static int revoke_dma_round(int last)
 	}
 	EXPECT_OK(unpin(D.fd, D.dh));
 	EXPECT_OK(unpin(D.fd, D.sh));
+	EXPECT_OK(gs_free(gfd, spacer));
 	close(bfd);
 	close(D.efd);
 	close(D.fd);
