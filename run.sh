@@ -14,7 +14,7 @@ demo)
 	exec build/peerdma demo "$@"
 	;;
 test)
-	scripts/install-deps build test vm bench
+	scripts/install-deps build test vm kdebug bench
 	shift
 	exec tests/run-all "$@"
 	;;

@@ -158,6 +158,13 @@ static enum dma_data_direction pdma_host_dir(struct pdma_pin *pin)
 	return (pin->flags & PEERDMA_PIN_READONLY) ? DMA_TO_DEVICE : DMA_BIDIRECTIONAL;
 }
 
+/*
+ * The pages are shared with the CPU for the life of the pin, and the same page
+ * may be mapped for several clients (overlapping handles, one device attached
+ * twice), as RDMA memory regions are: no CPU cache maintenance at map/unmap
+ * (DMA_ATTR_SKIP_CPU_SYNC); a client on a non-coherent platform syncs around
+ * each transfer (dma_sync_single_for_cpu/device).
+ */
 static int pdma_host_map(struct pdma_pin *pin, struct peerdma_client *c)
 {
 	enum dma_data_direction dir = pdma_host_dir(pin);
@@ -165,10 +172,12 @@ static int pdma_host_map(struct pdma_pin *pin, struct peerdma_client *c)
 	u32 i;
 
 	for (i = 0; i < pin->npages; i++) {
-		d = dma_map_page(c->dev, pin->host.pages[i], 0, PAGE_SIZE, dir);
+		d = dma_map_page_attrs(c->dev, pin->host.pages[i], 0, PAGE_SIZE, dir,
+				       DMA_ATTR_SKIP_CPU_SYNC);
 		if (dma_mapping_error(c->dev, d)) {
 			while (i--)
-				dma_unmap_page(c->dev, c->dma[i], PAGE_SIZE, dir);
+				dma_unmap_page_attrs(c->dev, c->dma[i], PAGE_SIZE, dir,
+						     DMA_ATTR_SKIP_CPU_SYNC);
 			return -ENOMEM;	/* out of I/O address space or memory */
 		}
 		c->dma[i] = d;
@@ -181,7 +190,8 @@ static void pdma_host_unmap(struct pdma_pin *pin, struct peerdma_client *c, bool
 	u32 i;
 
 	for (i = 0; i < pin->npages; i++)
-		dma_unmap_page(c->dev, c->dma[i], PAGE_SIZE, pdma_host_dir(pin));
+		dma_unmap_page_attrs(c->dev, c->dma[i], PAGE_SIZE, pdma_host_dir(pin),
+				     DMA_ATTR_SKIP_CPU_SYNC);
 }
 
 const struct pdma_provider pdma_host_provider = {

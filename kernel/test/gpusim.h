@@ -120,6 +120,7 @@ struct gs_alloc *gs_find_any(u64 va, u64 len);
 
 /* gpusim_p2p.c */
 bool gs_fail(void);
+void gs_delay(unsigned int ms);
 void gs_p2p_free_callbacks(struct gs_alloc *a);
 int gs_selftest(u64 va);
 

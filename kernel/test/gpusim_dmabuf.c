@@ -6,7 +6,6 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/delay.h>
 #include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
@@ -27,8 +26,7 @@ MODULE_PARM_DESC(attach_delay_ms, "sleep in each attach, no lock held (race test
 
 static int gs_buf_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 {
-	if (READ_ONCE(attach_delay_ms))
-		msleep(READ_ONCE(attach_delay_ms));
+	gs_delay(READ_ONCE(attach_delay_ms));
 	if (gs_fail())
 		return -ENOMEM;
 	/* BAR memory has no struct pages: only peer-to-peer capable importers */

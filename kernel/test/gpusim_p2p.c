@@ -58,6 +58,11 @@ static unsigned int cb_delay_ms;
 module_param(cb_delay_ms, uint, 0644);
 MODULE_PARM_DESC(cb_delay_ms, "sleep before each free callback, driver lock held (race tests)");
 
+/* sleeping in cb_delay_ms or attach_delay_ms right now: tests wait for it */
+atomic_t gs_delayed = ATOMIC_INIT(0);
+module_param_named(delayed, gs_delayed.counter, int, 0444);
+MODULE_PARM_DESC(delayed, "callbacks and attaches sleeping in their delay now");
+
 static atomic_t fail_nth = ATOMIC_INIT(0);
 module_param_named(fail_nth, fail_nth.counter, int, 0644);
 MODULE_PARM_DESC(fail_nth, "fail the Nth get_pages/dma_map_pages/dma-buf attach or map from now");
@@ -77,6 +82,16 @@ bool gs_fail(void)
 			return n == 1;
 	}
 	return false;
+}
+
+/* sleep @ms (if any), visibly: the parameter 'delayed' counts the sleepers */
+void gs_delay(unsigned int ms)
+{
+	if (!ms)
+		return;
+	atomic_inc(&gs_delayed);
+	msleep(ms);
+	atomic_dec(&gs_delayed);
 }
 
 /* @pt as a live table of ours, or NULL (gs.tlock held) */
@@ -478,8 +493,7 @@ void gs_p2p_free_callbacks(struct gs_alloc *a)
 
 	lockdep_assert_held(&gs.lock);
 	while ((t = gs_next_callback(a))) {
-		if (READ_ONCE(cb_delay_ms))
-			msleep(READ_ONCE(cb_delay_ms));
+		gs_delay(READ_ONCE(cb_delay_ms));
 		gs.in_callback = current;
 		t->free_cb(t->data);
 		gs.in_callback = NULL;

@@ -19,6 +19,16 @@ static struct {
 	struct peerdma_edu_attach a;
 } S;
 
+/* until gpusim sleeps in a delay (the lock it holds there, taken) */
+static void wait_delayed(void)
+{
+	double end = now() + 10;
+
+	while (read_param("gpusim", "delayed") < 1 && now() < end)
+		usleep(1000);
+	EXPECT(read_param("gpusim", "delayed") >= 1);
+}
+
 static void *free_thread(void *arg)
 {
 	S.r = gs_free(S.gfd, S.va);
@@ -55,7 +65,10 @@ static void unpin_during_callback(uint32_t flags)
 	EXPECT_OK(ioctl(efd, PEERDMA_EDU_IOC_ATTACH, &S.a));
 	EXPECT_OK(write_param("gpusim", "cb_delay_ms", "300"));
 	pthread_create(&t, NULL, free_thread, NULL);
-	usleep(100000);
+	if (flags & PEERDMA_PIN_GPU_CALLBACK)
+		wait_delayed();		/* persistent: no callback to wait for */
+	else
+		usleep(100000);
 	EXPECT_OK(unpin(fd, h));
 	pthread_join(t, NULL);
 	EXPECT_OK(write_param("gpusim", "cb_delay_ms", "0"));
@@ -105,7 +118,7 @@ static void t_dmabuf_attach_vs_unpin(void)
 	S.a = (struct peerdma_edu_attach){ .peerdma_fd = fd, .handle = h };
 	EXPECT_OK(write_param("gpusim", "attach_delay_ms", "300"));
 	pthread_create(&t, NULL, attach_thread, NULL);
-	usleep(100000);
+	wait_delayed();
 	EXPECT_OK(unpin(fd, h));
 	pthread_join(t, NULL);
 	EXPECT_OK(write_param("gpusim", "attach_delay_ms", "0"));
@@ -146,7 +159,10 @@ static void legacy_round(uint32_t flags)
 	pthread_t t;
 
 	pthread_create(&t, NULL, free_thread, NULL);
-	usleep(100000);
+	if (flags & PEERDMA_PIN_GPU_CALLBACK)
+		wait_delayed();
+	else
+		usleep(100000);
 	EXPECT_OK(unpin(fd, h));
 	pthread_join(t, NULL);
 	EXPECT_EQ(S.r, 0);
