@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -191,7 +192,43 @@ static void t_gpu_legacy_race(void)
 		fails++;
 }
 
+/*
+ * The order lockdep reported from reclaim (debug kernel): an MMU-notifier
+ * revoke takes pin->lock (munmap of a pinned host range), and a client
+ * attach of a persistent GPU pin allocates in dma_map_pages. Reclaim can
+ * enter the notifier, so nothing under pin->lock may allocate. Run alone
+ * (PDVM_ONLY=reclaim_order) so that lockdep's first report is this one.
+ */
+static void t_reclaim_order(void)
+{
+	int fd = pd_open(), gfd = gs_open(), efd = edu_open();
+	char *m = map_anon(PAGE);
+	uint64_t va = gs_alloc(gfd, GPAGE, NULL), hh, hg;
+	struct peerdma_edu_attach a = { .peerdma_fd = fd };
+	struct peerdma_event ev;
+
+	hh = pin(fd, PEERDMA_KIND_HOST, 0, (uintptr_t)m, PAGE, NULL);
+	EXPECT(hh != 0);
+	EXPECT_OK(munmap(m, PAGE));	/* the notifier revokes: pin->lock */
+	EXPECT_EQ(read_event(fd, &ev, 1000), 1);
+	EXPECT_EQ(ev.handle, hh);
+	hg = pin(fd, PEERDMA_KIND_GPU, 0, va, GPAGE, NULL);
+	EXPECT(hg != 0);
+	a.handle = hg;
+	EXPECT_OK(ioctl(efd, PEERDMA_EDU_IOC_ATTACH, &a));	/* dma_map_pages allocates */
+	EXPECT_OK(ioctl(efd, PEERDMA_EDU_IOC_DETACH));
+	EXPECT_OK(unpin(fd, hg));
+	EXPECT_OK(unpin(fd, hh));
+	close(efd);
+	close(fd);
+	close(gfd);
+	wait_clean();
+	if (check_clean("after the reclaim order"))
+		fails++;
+}
+
 const struct pd_test pd_strict_tests[] = {
+	{ "reclaim_order", t_reclaim_order },
 	{ "unpin_during_callback", t_unpin_during_callback },
 	{ "dmabuf_attach_vs_unpin", t_dmabuf_attach_vs_unpin },
 	{ "gpu_legacy_race", t_gpu_legacy_race },
