@@ -165,19 +165,26 @@ static enum dma_data_direction pdma_host_dir(struct pdma_pin *pin)
  * (DMA_ATTR_SKIP_CPU_SYNC); a client on a non-coherent platform syncs around
  * each transfer (dma_sync_single_for_cpu/device).
  */
+/* undo the first @n pages of pdma_host_map() */
+static void pdma_host_unmap_first(struct pdma_pin *pin, struct peerdma_client *c, u32 n)
+{
+	u32 i;
+
+	for (i = 0; i < n; i++)
+		dma_unmap_page_attrs(c->dev, c->dma[i], PAGE_SIZE, pdma_host_dir(pin),
+				     DMA_ATTR_SKIP_CPU_SYNC);
+}
+
 static int pdma_host_map(struct pdma_pin *pin, struct peerdma_client *c)
 {
-	enum dma_data_direction dir = pdma_host_dir(pin);
 	dma_addr_t d;
 	u32 i;
 
 	for (i = 0; i < pin->npages; i++) {
-		d = dma_map_page_attrs(c->dev, pin->host.pages[i], 0, PAGE_SIZE, dir,
-				       DMA_ATTR_SKIP_CPU_SYNC);
+		d = dma_map_page_attrs(c->dev, pin->host.pages[i], 0, PAGE_SIZE,
+				       pdma_host_dir(pin), DMA_ATTR_SKIP_CPU_SYNC);
 		if (dma_mapping_error(c->dev, d)) {
-			while (i--)
-				dma_unmap_page_attrs(c->dev, c->dma[i], PAGE_SIZE, dir,
-						     DMA_ATTR_SKIP_CPU_SYNC);
+			pdma_host_unmap_first(pin, c, i);
 			return -ENOMEM;	/* out of I/O address space or memory */
 		}
 		c->dma[i] = d;
@@ -187,11 +194,7 @@ static int pdma_host_map(struct pdma_pin *pin, struct peerdma_client *c)
 
 static void pdma_host_unmap(struct pdma_pin *pin, struct peerdma_client *c, bool revoking)
 {
-	u32 i;
-
-	for (i = 0; i < pin->npages; i++)
-		dma_unmap_page_attrs(c->dev, c->dma[i], PAGE_SIZE, pdma_host_dir(pin),
-				     DMA_ATTR_SKIP_CPU_SYNC);
+	pdma_host_unmap_first(pin, c, pin->npages);
 }
 
 const struct pdma_provider pdma_host_provider = {

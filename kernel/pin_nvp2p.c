@@ -154,20 +154,28 @@ static void pdma_nv_release(struct pdma_pin *pin)
 	pdma_nv_put(pin);
 }
 
+/* undo the first @n pages of pdma_nv_map_resource() */
+static void pdma_nv_unmap_resource(struct pdma_pin *pin, struct peerdma_client *c, u32 n)
+{
+	u32 i;
+
+	for (i = 0; i < n; i++)
+		dma_unmap_resource(c->dev, pdma_nv_client_addr(pin, c, i),
+				   1ULL << pin->page_shift, DMA_BIDIRECTIONAL,
+				   DMA_ATTR_SKIP_CPU_SYNC);
+}
+
 /* free-callback mode: our own mapping of the BAR pages (see the top) */
 static int pdma_nv_map_resource(struct pdma_pin *pin, struct peerdma_client *c)
 {
-	u64 size = 1ULL << pin->page_shift;
 	dma_addr_t d;
 	u32 i;
 
 	for (i = 0; i < pin->npages; i++) {
-		d = dma_map_resource(c->dev, pin->phys[i], size, DMA_BIDIRECTIONAL,
-				     DMA_ATTR_SKIP_CPU_SYNC);
+		d = dma_map_resource(c->dev, pin->phys[i], 1ULL << pin->page_shift,
+				     DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC);
 		if (dma_mapping_error(c->dev, d)) {
-			while (i--)
-				dma_unmap_resource(c->dev, pdma_nv_client_addr(pin, c, i), size,
-						   DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC);
+			pdma_nv_unmap_resource(pin, c, i);
 			return -ENOMEM;	/* out of I/O address space or memory */
 		}
 		pdma_client_set_addr(c, i, d);
@@ -204,13 +212,8 @@ static int pdma_nv_map(struct pdma_pin *pin, struct peerdma_client *c)
 
 static void pdma_nv_unmap(struct pdma_pin *pin, struct peerdma_client *c, bool revoking)
 {
-	u32 i;
-
 	if (c->nv.res) {
-		for (i = 0; i < pin->npages; i++)
-			dma_unmap_resource(c->dev, pdma_nv_client_addr(pin, c, i),
-					   1ULL << pin->page_shift, DMA_BIDIRECTIONAL,
-					   DMA_ATTR_SKIP_CPU_SYNC);
+		pdma_nv_unmap_resource(pin, c, pin->npages);
 		c->nv.res = false;
 	}
 	if (c->nv.mapping) {
