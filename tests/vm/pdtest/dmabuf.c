@@ -181,6 +181,6 @@ static void t_dmabuf_revoke_dma(void)
 /* pdtest final: after everything else, before rmmod */
 const struct pd_test pd_final_tests[] = {
 	{ "dmabuf_revoke_dma", t_dmabuf_revoke_dma },
-	{ "faults_alloc", t_faults_alloc_final },	/* faults.c */
+	{ "faults_alloc", t_faults_alloc },	/* faults.c */
 	{ NULL },
 };

@@ -187,8 +187,11 @@ static int write_dbg(const char *path, const char *v)
 	return r;
 }
 
-/* debug kernel only: failslab + fail-nth, every allocation of the scenarios */
-static void t_faults_alloc(void)
+/*
+ * Debug kernel only: failslab + fail-nth, every allocation of the scenarios.
+ * Runs in pdtest final, after everything but rmmod (see below why).
+ */
+void t_faults_alloc(void)
 {
 	if (access("/proc/thread-self/fail-nth", F_OK) ||
 	    access("/sys/kernel/debug/failslab", F_OK)) {
@@ -219,8 +222,3 @@ const struct pd_test pd_fault_tests[] = {
 	{ NULL },
 };
 
-/* pdtest final, after everything but rmmod (see t_faults_alloc) */
-void t_faults_alloc_final(void)
-{
-	t_faults_alloc();
-}

@@ -82,7 +82,7 @@ extern const struct pd_test pd_lifetime_tests[];	/* lifetime.c */
 extern const struct pd_test pd_strict_tests[];		/* strict.c */
 extern const struct pd_test pd_fault_tests[];		/* faults.c */
 extern const struct pd_test pd_final_tests[];		/* dmabuf.c: pdtest final */
-void t_faults_alloc_final(void);			/* faults.c, in pd_final_tests */
+void t_faults_alloc(void);			/* faults.c, in pd_final_tests */
 
 /* the other modes of pdtest: failures (0: passed) */
 int do_race(int seconds, long rounds);		/* race.c */

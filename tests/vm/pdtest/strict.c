@@ -37,6 +37,24 @@ static void *free_thread(void *arg)
 	return NULL;
 }
 
+/*
+ * S.va freed on another thread (gpusim holds the driver lock in cb_delay_ms
+ * before the callback) while this one unpins @h; a persistent pin has no
+ * callback to wait for
+ */
+static void free_vs_unpin(int fd, uint64_t h, uint32_t flags)
+{
+	pthread_t t;
+
+	pthread_create(&t, NULL, free_thread, NULL);
+	if (flags & PEERDMA_PIN_GPU_CALLBACK)
+		wait_delayed();
+	else
+		usleep(100000);
+	EXPECT_OK(unpin(fd, h));
+	pthread_join(t, NULL);
+}
+
 static void *attach_thread(void *arg)
 {
 	S.r = ioctl(S.efd, PEERDMA_EDU_IOC_ATTACH, &S.a);
@@ -55,7 +73,6 @@ static void unpin_during_callback(uint32_t flags)
 	int fd = pd_open(), efd = edu_open();
 	uint32_t v0 = gs_info().violations, cb0 = gs_info().callbacks;
 	struct peerdma_edu_status st;
-	pthread_t t;
 	uint64_t h;
 
 	S.gfd = gs_open();
@@ -65,13 +82,7 @@ static void unpin_during_callback(uint32_t flags)
 	S.a = (struct peerdma_edu_attach){ .peerdma_fd = fd, .handle = h };
 	EXPECT_OK(ioctl(efd, PEERDMA_EDU_IOC_ATTACH, &S.a));
 	EXPECT_OK(write_param("gpusim", "cb_delay_ms", "300"));
-	pthread_create(&t, NULL, free_thread, NULL);
-	if (flags & PEERDMA_PIN_GPU_CALLBACK)
-		wait_delayed();		/* persistent: no callback to wait for */
-	else
-		usleep(100000);
-	EXPECT_OK(unpin(fd, h));
-	pthread_join(t, NULL);
+	free_vs_unpin(fd, h, flags);
 	EXPECT_OK(write_param("gpusim", "cb_delay_ms", "0"));
 	EXPECT_EQ(S.r, 0);
 	EXPECT_OK(ioctl(efd, PEERDMA_EDU_IOC_STATUS, &st));
@@ -157,15 +168,7 @@ static void legacy_round(uint32_t flags)
 	S.va = gs_alloc(S.gfd, GPAGE, NULL);
 	h = pin(fd, PEERDMA_KIND_GPU, flags, S.va, GPAGE, NULL);
 	EXPECT(h != 0);
-	pthread_t t;
-
-	pthread_create(&t, NULL, free_thread, NULL);
-	if (flags & PEERDMA_PIN_GPU_CALLBACK)
-		wait_delayed();
-	else
-		usleep(100000);
-	EXPECT_OK(unpin(fd, h));
-	pthread_join(t, NULL);
+	free_vs_unpin(fd, h, flags);
 	EXPECT_EQ(S.r, 0);
 	close(fd);
 	close(S.gfd);
