@@ -96,6 +96,13 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **d
 int pdma_domain_close(struct pdma_domain *domain);
 /* Effective attributes after defaults were applied. */
 int pdma_domain_query(const struct pdma_domain *domain, struct pdma_domain_attr *attr);
+/* The host monitor the domain's registration cache runs: "userfaultfd",
+ * "memhooks", or "none" when host memory is not cached (no monitor could
+ * start; PEERDMA_MR_CACHE_MONITOR=disabled); NULL without use_cache. Host
+ * memory is cached only where a monitor sees every change to it: private
+ * anonymous memory (heap, anonymous mmap, stacks); shared and file-backed
+ * mappings are registered uncached (README.md, "Registration cache"). */
+const char *pdma_domain_cache_monitor(const struct pdma_domain *domain);
 
 struct pdma_mr_attr {
 	const struct iovec *mr_iov;

@@ -609,7 +609,10 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 		*region = &e->r;
 		return 0;
 	}
-	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
+	/* Only private anonymous memory is watchable from user space (vma.c). */
+	if (iface == PDMA_HMEM_SYSTEM && (c->uffd || c->memhooks))
+		watched = pdma_vma_private_anon(s, plen);
+	if (watched && iface == PDMA_HMEM_SYSTEM && c->uffd)
 		watched = pdma_uffd_monitor_watch(s, plen) == 0;
 
 	pthread_mutex_lock(&c->lock);

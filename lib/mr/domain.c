@@ -113,6 +113,22 @@ int pdma_domain_query(const struct pdma_domain *d, struct pdma_domain_attr *attr
 	return 0;
 }
 
+const char *pdma_domain_cache_monitor(const struct pdma_domain *d)
+{
+	struct pdma_cache_stats s;
+
+	if (!d || !d->cache)
+		return NULL;
+	pdma_cache_get_stats(d->cache, &s);
+	if (s.mode[PDMA_HMEM_SYSTEM] == PDMA_CACHE_MODE_OFF)
+		return "none";
+	switch (s.monitor) {
+	case PDMA_CACHE_MONITOR_USERFAULTFD: return "userfaultfd";
+	case PDMA_CACHE_MONITOR_MEMHOOKS: return "memhooks";
+	default: return "none";
+	}
+}
+
 void pdma_domain_set_log(struct pdma_domain *d, pdma_log_fn fn, void *arg)
 {
 	d->log_fn = fn;
