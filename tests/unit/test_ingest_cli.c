@@ -77,6 +77,40 @@ static void test_usage_errors(void **state)
 	assert_int_equal(sh("grep -q 'cannot write /nonexistent' %s/e", dir), 0);
 }
 
+/* The largest datagram gen can send is sent, and its pcap records
+ * all fit the file's snaplen (it was 65535: records of datagrams above 65,493
+ * bytes were longer, and libpcap readers cut them). */
+static void test_pcap_snaplen(void **state)
+{
+	(void)state;
+	char path[256];
+	uint8_t hdr[24], rec[16];
+	uint32_t snaplen, incl, orig, n = 0;
+
+	assert_int_equal(sh("%s gen -p 9 -S 65504 -n 3 -s 1 -w %s/big.pcap 2>%s/e", tool, dir, dir), 0);
+	snprintf(path, sizeof(path), "%s/big.pcap", dir);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fread(hdr, 1, 24, f), 24);
+	memcpy(&snaplen, hdr + 16, 4);
+	assert_int_equal(snaplen, 262144);
+	while (fread(rec, 1, 16, f) == 16) {
+		memcpy(&incl, rec + 8, 4);
+		memcpy(&orig, rec + 12, 4);
+		assert_true(incl <= snaplen);
+		assert_int_equal(incl, orig);
+		assert_int_equal(fseek(f, incl, SEEK_CUR), 0);
+		n++;
+	}
+	fclose(f);
+	assert_int_equal(n, 4); /* the context packet and 3 data packets */
+	/* The data records: Ethernet + IPv4 + UDP headers and 65504 bytes. */
+	assert_int_equal(incl, 42 + 65504);
+	if (sh("command -v tshark >/dev/null 2>&1") == 0)
+		assert_int_equal(sh("test $(tshark -r %s/big.pcap -T fields -e frame.cap_len 2>/dev/null | "
+				    "grep -c '^65546$') = 3", dir), 0);
+}
+
 static void test_pcap(void **state)
 {
 	struct stat st;
@@ -236,6 +270,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_usage_errors),
 		cmocka_unit_test(test_pcap),
+		cmocka_unit_test(test_pcap_snaplen),
 		cmocka_unit_test(test_gen_to_ingest),
 		cmocka_unit_test(test_gen_to_ingest_io_uring),
 		cmocka_unit_test(test_gen_threads_same_injection),
