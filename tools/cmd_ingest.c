@@ -31,7 +31,9 @@ static void usage(FILE *f)
 		"usage: peerdma ingest [OPTIONS]\n"
 		"Receive VITA-49 streams over UDP into registered ring buffers, deframe them into\n"
 		"per-stream sample buffers and account received, lost, duplicated, reordered and\n"
-		"malformed packets per stream (exactly, from the sample-count timestamps).\n\n"
+		"malformed packets per stream (exactly, from the sample-count timestamps); a data\n"
+		"packet whose class ID differs from its stream's first is refused and counted\n"
+		"(class_mismatch, the table's \"class\" column).\n\n"
 		"  -p, --port N          UDP port (default 4991)\n"
 		"  -b, --bind ADDR       IPv4 address to bind (default 127.0.0.1)\n"
 		"  -t, --threads N       receive threads / sockets (SO_REUSEPORT, default 1)\n"
@@ -274,17 +276,18 @@ int pdma_cmd_ingest(int argc, char **argv)
 	json_t *j = pdma_ingest_json(ing, now_s() - t0);
 	if (!quiet) {
 		const json_t *streams = json_object_get(j, "streams");
-		fprintf(stderr, "%-10s %10s %8s %8s %8s %8s %8s\n", "stream", "received", "lost", "dup",
-			"reorder", "malformed", "late");
+		fprintf(stderr, "%-10s %10s %8s %8s %8s %8s %8s %8s\n", "stream", "received", "lost", "dup",
+			"reorder", "malformed", "class", "late");
 		for (size_t n = 0; n < json_array_size(streams); n++) {
 			const json_t *s = json_array_get(streams, n);
-			fprintf(stderr, "0x%-8llx %10lld %8lld %8lld %8lld %8lld %8lld\n",
+			fprintf(stderr, "0x%-8llx %10lld %8lld %8lld %8lld %8lld %8lld %8lld\n",
 				(unsigned long long)json_integer_value(json_object_get(s, "stream_id")),
 				json_integer_value(json_object_get(s, "received")),
 				json_integer_value(json_object_get(s, "lost")),
 				json_integer_value(json_object_get(s, "duplicated")),
 				json_integer_value(json_object_get(s, "reordered")),
 				json_integer_value(json_object_get(s, "malformed")),
+				json_integer_value(json_object_get(s, "class_mismatch")),
 				json_integer_value(json_object_get(s, "late")));
 		}
 	}

@@ -260,6 +260,10 @@ static void gen_to_ingest(const char *rx)
 				injected += json_integer_value(json_object_get(s, keys[k]));
 			}
 			assert_int_equal(json_integer_value(json_object_get(d, "malformed")), 0);
+			/* gen keeps each stream's class ID: the report has the
+			 * counter, and it is 0 */
+			assert_non_null(json_object_get(d, "class_mismatch"));
+			assert_int_equal(json_integer_value(json_object_get(d, "class_mismatch")), 0);
 			assert_int_equal(json_integer_value(json_object_get(d, "received")),
 					 3000 - json_integer_value(json_object_get(s, "lost")));
 		}
