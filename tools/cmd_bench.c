@@ -206,13 +206,15 @@ static int bench_parse(int argc, char **argv, struct bench_args *a)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct pdma_opt o;
-	int c, bad;
+	int c;
 
 	a->json_path = NULL;
 	a->which = "all";
 	a->iters = 200;
 	pdma_opt_init(&o, "peerdma bench", opts, "j:n:h");
 	while ((c = pdma_opt_next(&o, argc, argv)) != -1) {
+		int bad = 0;
+
 		switch (c) {
 		case 'j': bad = pdma_opt_str(&o, &a->json_path); break;
 		case 'n': bad = pdma_opt_u32(&o, 1, 1000000, &a->iters); break;

@@ -81,7 +81,7 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 	struct pdma_gen_config *c = &a->c;
 	struct pdma_opt o;
 	uint32_t port;
-	int opt, bad;
+	int opt;
 
 	memset(a, 0, sizeof(*a));
 	pdma_gen_config_default(c);
@@ -89,6 +89,8 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 	a->so.port = 4991;
 	pdma_opt_init(&o, "peerdma gen", opts, "H:p:s:S:n:r:t:w:jh");
 	while ((opt = pdma_opt_next(&o, argc, argv)) != -1) {
+		int bad = 0; /* flags leave it 0 */
+
 		switch (opt) {
 		case 'H': bad = pdma_opt_ipv4(&o, &a->so.host); break;
 		case 'p':

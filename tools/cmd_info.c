@@ -239,7 +239,7 @@ static int info_parse(int argc, char **argv, struct info_args *a)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct pdma_opt o;
-	int c, bad;
+	int c;
 
 	a->device = NULL;
 	a->root = "/sys";
@@ -247,6 +247,8 @@ static int info_parse(int argc, char **argv, struct info_args *a)
 	a->dev_bdf[0] = 0;
 	pdma_opt_init(&o, "peerdma info", opts, "h");
 	while ((c = pdma_opt_next(&o, argc, argv)) != -1) {
+		int bad = 0;
+
 		switch (c) {
 		case 'd':
 			bad = pdma_opt_str(&o, &a->device);

@@ -109,7 +109,7 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 	struct pdma_opt o;
 	uint32_t u, idle_ms;
 	uint64_t chunk;
-	int opt, bad, k;
+	int opt, k;
 
 	memset(a, 0, sizeof(*a));
 	pdma_ingest_config_default(c);
@@ -117,6 +117,8 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 	a->reg = true;
 	pdma_opt_init(&o, "peerdma ingest", opts, "p:b:t:d:c:i:j:qh");
 	while ((opt = pdma_opt_next(&o, argc, argv)) != -1) {
+		int bad = 0; /* flags leave it 0 */
+
 		switch (opt) {
 		case 'p':
 			bad = pdma_opt_u32(&o, 0, 65535, &u);
