@@ -169,9 +169,7 @@ static int demo_parse(int argc, char **argv)
 		       "every step did what it should.\n");
 		return 1;
 	}
-	if (optind != argc)
-		return pdma_opt_fail(&o, "unexpected argument '%s'", argv[optind]);
-	return 0;
+	return pdma_opt_end(&o, argc, argv);
 }
 
 int pdma_cmd_demo_check(int argc, char **argv)

@@ -95,7 +95,8 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 		case 'H': bad = pdma_opt_ipv4(&o, &a->so.host); break;
 		case 'p':
 			bad = pdma_opt_u32(&o, 1, 65535, &port);
-			a->so.port = (uint16_t)port;
+			if (!bad)
+				a->so.port = (uint16_t)port;
 			break;
 		case 's': bad = pdma_opt_u32(&o, 1, 65535, &c->streams); break;
 		case 'I': bad = pdma_opt_u32(&o, 0, UINT32_MAX, &c->stream_id_base); break;
@@ -131,8 +132,8 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 		if (bad)
 			return 2;
 	}
-	if (optind < argc)
-		return pdma_opt_fail(&o, "unexpected argument '%s'", argv[optind]);
+	if (pdma_opt_end(&o, argc, argv))
+		return 2;
 	if (a->pcap_only && !a->pcap)
 		return pdma_opt_fail(&o, "--pcap-only needs --pcap FILE");
 	if (c->loss_pm + c->dup_pm + c->reorder_pm > 1000)

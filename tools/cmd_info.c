@@ -263,9 +263,7 @@ static int info_parse(int argc, char **argv, struct info_args *a)
 		if (bad)
 			return 2;
 	}
-	if (optind < argc)
-		return pdma_opt_fail(&o, "unexpected argument '%s'", argv[optind]);
-	return 0;
+	return pdma_opt_end(&o, argc, argv);
 }
 
 int pdma_cmd_info_check(int argc, char **argv)

@@ -122,7 +122,8 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 		switch (opt) {
 		case 'p':
 			bad = pdma_opt_u32(&o, 0, 65535, &u);
-			c->port = (uint16_t)u;
+			if (!bad)
+				c->port = (uint16_t)u;
 			break;
 		case 'b': bad = pdma_opt_ipv4(&o, &c->bind_addr); break;
 		case 't': bad = pdma_opt_u32(&o, 1, 64, &c->threads); break;
@@ -141,7 +142,8 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 			break;
 		case 'K':
 			bad = pdma_opt_u64(&o, 4096, 1u << 30, &chunk);
-			c->gpu_chunk = (size_t)chunk;
+			if (!bad)
+				c->gpu_chunk = (size_t)chunk;
 			break;
 		case 'N': a->reg = false; break;
 		case 'R': bad = pdma_opt_u64(&o, 1, UINT64_MAX, &c->dfr.sample_rate); break;
@@ -152,7 +154,8 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 		case 'c': bad = pdma_opt_u64(&o, 1, UINT64_MAX, &a->count); break;
 		case 'i':
 			bad = pdma_opt_u32(&o, 1, 3600000, &idle_ms);
-			a->idle_s = (double)idle_ms / 1000;
+			if (!bad)
+				a->idle_s = (double)idle_ms / 1000;
 			break;
 		case 'j': bad = pdma_opt_str(&o, &a->json_path); break;
 		case 'q': a->quiet = true; break;
@@ -162,8 +165,8 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 		if (bad)
 			return 2;
 	}
-	if (optind < argc)
-		return pdma_opt_fail(&o, "unexpected argument '%s'", argv[optind]);
+	if (pdma_opt_end(&o, argc, argv))
+		return 2;
 	if (c->rx_io == PDMA_RX_IO_URING && c->path == PDMA_RX_DIRECT)
 		return pdma_opt_fail(&o, "--rx io_uring needs a host ring: not with --path direct");
 	return 0;

@@ -23,15 +23,45 @@ void pdma_opt_init(struct pdma_opt *o, const char *cmd, const struct option *lon
 	opterr = 1;
 }
 
+/* Write msg (len bytes, no terminator needed) as one line: a value can hold
+ * line breaks, shown as '?' so the error stays one line. */
+static void put_line(const char *msg, size_t len)
+{
+	char line[1024];
+	size_t n = len < sizeof(line) - 2 ? len : sizeof(line) - 2;
+
+	memcpy(line, msg, n);
+	while (n && line[n - 1] == '\n')
+		n--;
+	for (size_t i = 0; i < n; i++)
+		if (line[i] == '\n' || line[i] == '\r')
+			line[i] = '?';
+	line[n++] = '\n';
+	fwrite(line, 1, n, stderr);
+}
+
 int pdma_opt_next(struct pdma_opt *o, int argc, char **argv)
 {
-	char *argv0 = argv[0];
+	char *argv0 = argv[0], *msg = NULL;
+	size_t len = 0;
 	int li = -1, c;
+	FILE *saved = stderr, *m = open_memstream(&msg, &len);
 
 	/* getopt_long prefixes its own messages with argv[0]: make that the
-	 * command's full name for the one line it prints. */
+	 * command's full name. It writes them to stderr, which is caught here
+	 * for a moment (glibc's stderr is assignable) so that a word with a
+	 * line break in it cannot make them two lines. */
 	argv[0] = (char *)o->cmd;
+	if (m)
+		stderr = m;
 	c = getopt_long(argc, argv, o->shortopts, o->longopts, &li);
+	if (m) {
+		stderr = saved;
+		fclose(m);
+		if (len)
+			put_line(msg, len);
+		free(msg);
+	}
 	argv[0] = argv0;
 	if (c == -1 || c == '?')
 		return c;
@@ -51,15 +81,12 @@ int pdma_opt_next(struct pdma_opt *o, int argc, char **argv)
 
 static void vline(const struct pdma_opt *o, const char *pre, const char *fmt, va_list ap)
 {
-	char msg[512];
+	char msg[1024];
+	int n = snprintf(msg, sizeof(msg), "%s: %s", o->cmd, pre);
 
-	/* Built whole, then written once: one line, even with a value that
-	 * holds a newline (shown escaped). */
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	for (char *p = msg; *p; p++)
-		if (*p == '\n' || *p == '\r')
-			*p = '?';
-	fprintf(stderr, "%s: %s%s\n", o->cmd, pre, msg);
+	if (n >= 0 && (size_t)n < sizeof(msg))
+		vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
+	put_line(msg, strlen(msg));
 }
 
 int pdma_opt_bad(const struct pdma_opt *o, const char *why_fmt, ...)
@@ -107,6 +134,11 @@ int pdma_opt_parse_u64(const char *s, uint64_t *v)
 		return -EINVAL;
 	*v = x;
 	return 0;
+}
+
+int pdma_opt_end(const struct pdma_opt *o, int argc, char **argv)
+{
+	return optind < argc ? pdma_opt_fail(o, "unexpected argument '%s'", argv[optind]) : 0;
 }
 
 int pdma_opt_u64(const struct pdma_opt *o, uint64_t min, uint64_t max, uint64_t *v)

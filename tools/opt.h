@@ -51,6 +51,9 @@ int pdma_opt_choice(const struct pdma_opt *o, const char *const *names, int *idx
 /* Any other error about the current value: "invalid value 'V' for --NAME: why". */
 int pdma_opt_bad(const struct pdma_opt *o, const char *why_fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* After the last option of a command that takes no other arguments: 0, or
+ * 2 after naming the first word that is not an option. */
+int pdma_opt_end(const struct pdma_opt *o, int argc, char **argv);
 /* An error that is not about one value (options that conflict, an extra
  * argument): one line, "peerdma CMD: " + the message. Returns 2, the exit status. */
 int pdma_opt_fail(const struct pdma_opt *o, const char *fmt, ...)
