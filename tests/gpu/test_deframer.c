@@ -128,13 +128,11 @@ static void fill_ring(struct ringref *R, bool aligned)
 		case 3: ((struct pdma_slot_hdr *)s)->flags = PDMA_SLOT_TRUNC; break;
 		}
 	}
-	/* Another packet class code on a data packet of a stream already seen
-	 * (PDMA_DFR_E_CLASS_CHANGE): refused and counted by both deframers. */
-	for (uint64_t k = 600; k < i; k += 1499) {
-		uint8_t *s = pdma_ring_slot(&R->ring, k);
-		if ((s[PDMA_SLOT_HDR] >> 4) == 1 && (s[PDMA_SLOT_HDR] & 0x08))
-			s[PDMA_SLOT_HDR + 15] ^= 0x40; /* word 3: the packet class code */
-	}
+	/* No packet here changes its stream's class ID: within one launch the
+	 * GPU's first claim of a stream's class (like its payload size) goes to
+	 * whichever lane gets there first, so a changed class could win on the
+	 * GPU and lose on the CPU. compare() checks the class each stream
+	 * holds; the refusal itself is test_ingest_dfr's test_class_mismatch. */
 	/* The receive side's slot header, as the datagrams (mutated ones
 	 * included) arrived: with the copy of the last word in two of three
 	 * slots, without it (a producer that cannot keep that promise) in the
