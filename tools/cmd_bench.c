@@ -23,6 +23,7 @@
 #include "cmd.h"
 #include "peerdma/mr.h"
 #include "mem/sim.h"
+#include "opt.h"
 
 #define RW (PDMA_READ | PDMA_WRITE | PDMA_REMOTE_READ | PDMA_REMOTE_WRITE)
 
@@ -287,7 +288,13 @@ out_src:
 	return ret;
 }
 
-int pdma_cmd_bench(int argc, char **argv)
+struct bench_args {
+	const char *json_path, *which;
+	uint32_t iters;
+};
+
+/* Parse and check: 0 to run, 1 after --help, 2 after a one-line error. */
+static int bench_parse(int argc, char **argv, struct bench_args *a)
 {
 	static const struct option opts[] = {
 		{ "json", required_argument, NULL, 'j' },
@@ -295,42 +302,60 @@ int pdma_cmd_bench(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *json_path = NULL, *which = "all";
-	json_t *rows = json_array();
-	int c, iters = 200, ret = 0;
-	char *end;
+	struct pdma_opt o;
+	int c;
 
-	while ((c = getopt_long(argc, argv, "j:n:h", opts, NULL)) != -1) {
+	a->json_path = NULL;
+	a->which = "all";
+	a->iters = 200;
+	pdma_opt_init(&o, "peerdma bench", opts, "j:n:h");
+	while ((c = pdma_opt_next(&o, argc, argv)) != -1) {
+		int bad = 0;
+
 		switch (c) {
-		case 'j':
-			json_path = optarg;
-			break;
-		case 'n':
-			iters = (int)strtol(optarg, &end, 10);
-			if (*end || iters < 1 || iters > 1000000) {
-				fprintf(stderr, "peerdma bench: --iters wants 1..1000000\n");
-				json_decref(rows);
-				return 2;
-			}
-			break;
+		case 'j': bad = pdma_opt_str(&o, &a->json_path); break;
+		case 'n': bad = pdma_opt_u32(&o, 1, 1000000, &a->iters); break;
 		case 'h':
 			printf("usage: peerdma bench [reg|dma|all] [--iters N] [--json FILE]\n\n"
 			       "  reg  registration + close cost, host and sim GPU, with and without "
-			       "the cache\n  dma  sim DMA device transfers by key vs memcpy (ceiling)\n");
-			json_decref(rows);
-			return 0;
+			       "the cache\n  dma  sim DMA device transfers by key vs memcpy (ceiling)\n"
+			       "  -n, --iters N   repetitions, 1..1000000 (default 200)\n"
+			       "  -j, --json FILE write the rows as JSON\n");
+			return 1;
 		default:
-			json_decref(rows);
-			return 2;
+			return 2; /* getopt_long said why, in one line */
 		}
+		if (bad)
+			return 2;
 	}
 	if (optind < argc)
-		which = argv[optind++];
-	if (optind < argc || (strcmp(which, "reg") && strcmp(which, "dma") && strcmp(which, "all"))) {
-		fprintf(stderr, "peerdma bench: unknown benchmark '%s' (reg, dma, all)\n", which);
-		json_decref(rows);
-		return 2;
-	}
+		a->which = argv[optind++];
+	if (optind < argc)
+		return pdma_opt_fail(&o, "unexpected argument '%s'", argv[optind]);
+	if (strcmp(a->which, "reg") && strcmp(a->which, "dma") && strcmp(a->which, "all"))
+		return pdma_opt_fail(&o, "unknown benchmark '%s' (reg, dma, all)", a->which);
+	return 0;
+}
+
+int pdma_cmd_bench_check(int argc, char **argv)
+{
+	struct bench_args a;
+
+	return bench_parse(argc, argv, &a) == 2 ? 2 : 0;
+}
+
+int pdma_cmd_bench(int argc, char **argv)
+{
+	struct bench_args a;
+	json_t *rows;
+	int ret = bench_parse(argc, argv, &a);
+
+	if (ret)
+		return ret == 1 ? 0 : 2;
+	const char *json_path = a.json_path, *which = a.which;
+	int iters = (int)a.iters;
+
+	rows = json_array();
 	if (!strcmp(which, "reg") || !strcmp(which, "all"))
 		ret = bench_reg(rows, iters);
 	if (!ret && (!strcmp(which, "reg") || !strcmp(which, "all")))
