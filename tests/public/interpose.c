@@ -3,11 +3,16 @@
  * Linking libpeerdma does not interpose the application's CUDA frees; the
  * opt-in hook library does. This program is linked against libpeerdma.so and
  * a stub driver (stub_cuda.c), uses libpeerdma, and frees through cuMemFree_v2
- * and cuMemFree:
- *   interpose          the frees go straight to the driver;
+ * and cuMemFree, then allocates, maps the allocation a second time through
+ * IPC and closes that mapping, maps and unmaps VMM memory and destroys a
+ * context:
+ *   interpose          every call goes straight to the driver;
  *   interpose hooked   (run with LD_PRELOAD=libpeerdma_cuda_hooks.so) each
- *                      free passes through the hook library first, then
- *                      reaches the driver.
+ *                      way memory arrives or leaves that the hook library
+ *                      hooks (free, cuMemAlloc_v2, IPC close, VMM unmap,
+ *                      context destroy) passes through it first, then
+ *                      reaches the driver with the driver's answer coming
+ *                      back; IPC open and VMM create/map/release pass by it.
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -18,7 +23,22 @@
 
 int cuMemFree_v2(uint64_t dptr);
 int cuMemFree(unsigned int dptr);
-extern int stub_cuda_frees;
+extern int stub_cuda_frees, stub_cuda_allocs, stub_cuda_ipc_opens, stub_cuda_ipc_closes;
+extern int stub_cuda_vmm_creates, stub_cuda_vmm_maps, stub_cuda_vmm_unmaps, stub_cuda_vmm_releases;
+extern int stub_cuda_ctx_destroys;
+
+typedef struct {
+	char reserved[64];
+} ipc_handle;
+int cuMemAlloc_v2(uint64_t *dptr, size_t size);
+int cuIpcGetMemHandle(ipc_handle *h, uint64_t dptr);
+int cuIpcOpenMemHandle_v2(uint64_t *dptr, ipc_handle h, unsigned int flags);
+int cuIpcCloseMemHandle(uint64_t dptr);
+int cuMemCreate(uint64_t *handle, size_t size, const void *prop, unsigned long long flags);
+int cuMemMap(uint64_t ptr, size_t size, size_t offset, uint64_t handle, unsigned long long flags);
+int cuMemUnmap(uint64_t ptr, size_t size);
+int cuMemRelease(uint64_t handle);
+int cuCtxDestroy_v2(void *ctx);
 
 #define CHECK(c)                                                        \
 	do {                                                            \
@@ -57,7 +77,33 @@ int main(int argc, char **argv)
 	if (want_hooked) {
 		/* Both passed through the hook library. */
 		CHECK(hook_calls() == c0 + 2);
-	} else {
+	}
+	{
+		uint64_t p = 0, q = 0, h = 0;
+		ipc_handle ih;
+
+		c0 = hook_calls ? hook_calls() : 0;
+		CHECK(cuMemAlloc_v2(&p, 1 << 20) == 0 && p == 0x10000);
+		CHECK(cuIpcGetMemHandle(&ih, p) == 0);
+		CHECK(cuIpcOpenMemHandle_v2(&q, ih, 1) == 0 && q == 0x7000000);
+		CHECK(cuIpcCloseMemHandle(q) == 0);
+		CHECK(cuIpcCloseMemHandle(q) == 1); /* the driver's error comes back */
+		CHECK(cuMemCreate(&h, 1 << 21, NULL, 0) == 0);
+		CHECK(cuMemMap(0x9000000, 1 << 21, 0, h, 0) == 0);
+		CHECK(cuMemUnmap(0x9000000, 1 << 21) == 0);
+		CHECK(cuMemRelease(h) == 0);
+		CHECK(cuCtxDestroy_v2((void *)0x5555) == 0);
+		/* The driver got every call either way. */
+		CHECK(stub_cuda_allocs == 1 && stub_cuda_ipc_opens == 1 && stub_cuda_ipc_closes == 1);
+		CHECK(stub_cuda_vmm_creates == 1 && stub_cuda_vmm_maps == 1);
+		CHECK(stub_cuda_vmm_unmaps == 1 && stub_cuda_vmm_releases == 1);
+		CHECK(stub_cuda_ctx_destroys == 1);
+		/* Hooked: the two IPC closes, the unmap and the context destroy
+		 * (the allocation is listed, not counted as a release). */
+		if (want_hooked)
+			CHECK(hook_calls() == c0 + 4);
+	}
+	if (!want_hooked) {
 		/* Nothing stands between the program and the driver: its
 		 * cuMemFree_v2 is the stub's own. */
 		void *stub = dlopen("libpdma_stub_cuda.so", RTLD_NOW | RTLD_NOLOAD);
