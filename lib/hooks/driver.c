@@ -73,21 +73,27 @@ typedef pdma_cu_result (*pitch_fn)(pdma_cu_ptr *, size_t *, size_t, size_t, unsi
 typedef pdma_cu_result (*alloc_async_fn)(pdma_cu_ptr *, size_t, pdma_cu_stream);
 typedef pdma_cu_result (*alloc_pool_fn)(pdma_cu_ptr *, size_t, void *, pdma_cu_stream);
 
-/* The public cuMemFree_v2 is an alias of this name, so that libpeerdma can
- * tell whether the process's global lookup reaches the hook
- * (PDMA_CUDA_HOOKS_DRIVER_FREE). */
-pdma_cu_result pdma_cuda_hook_cuMemFree_v2(pdma_cu_ptr dptr)
+/* The allocation (or IPC mapping) at dptr leaves through the driver's name. */
+static pdma_cu_result ptr_release(const char *name, pdma_cu_ptr dptr)
 {
 	ptr_fn f;
 	struct pdma_hook_call c;
 	pdma_cu_result r;
 
-	*(void **)&f = pdma_hook_driver_fn("cuMemFree_v2");
+	*(void **)&f = pdma_hook_driver_fn(name);
 	pdma_hook_seen_remove(dptr);
 	pdma_hook_begin_alloc(&c, dptr);
 	r = f ? f(dptr) : NOT_INIT;
 	pdma_hook_end(&c);
 	return r;
+}
+
+/* The public cuMemFree_v2 is an alias of this name, so that libpeerdma can
+ * tell whether the process's global lookup reaches the hook
+ * (PDMA_CUDA_HOOKS_DRIVER_FREE). */
+pdma_cu_result pdma_cuda_hook_cuMemFree_v2(pdma_cu_ptr dptr)
+{
+	return ptr_release("cuMemFree_v2", dptr);
 }
 
 pdma_cu_result cuMemFree_v2(pdma_cu_ptr dptr) __attribute__((alias("pdma_cuda_hook_cuMemFree_v2")));
@@ -213,16 +219,7 @@ pdma_cu_result cuDevicePrimaryCtxReset_v2(pdma_cu_device dev)
  * gives its range), and closing it unmaps that range. */
 pdma_cu_result cuIpcCloseMemHandle(pdma_cu_ptr dptr)
 {
-	ptr_fn f;
-	struct pdma_hook_call c;
-	pdma_cu_result r;
-
-	*(void **)&f = pdma_hook_driver_fn("cuIpcCloseMemHandle");
-	pdma_hook_seen_remove(dptr);
-	pdma_hook_begin_alloc(&c, dptr);
-	r = f ? f(dptr) : NOT_INIT;
-	pdma_hook_end(&c);
-	return r;
+	return ptr_release("cuIpcCloseMemHandle", dptr);
 }
 
 /* ------------------------------------------------------------ allocators */

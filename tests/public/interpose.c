@@ -20,25 +20,7 @@
 #include <string.h>
 
 #include "peerdma/mr.h"
-
-int cuMemFree_v2(uint64_t dptr);
-int cuMemFree(unsigned int dptr);
-extern int stub_cuda_frees, stub_cuda_allocs, stub_cuda_ipc_opens, stub_cuda_ipc_closes;
-extern int stub_cuda_vmm_creates, stub_cuda_vmm_maps, stub_cuda_vmm_unmaps, stub_cuda_vmm_releases;
-extern int stub_cuda_ctx_destroys;
-
-typedef struct {
-	char reserved[64];
-} ipc_handle;
-int cuMemAlloc_v2(uint64_t *dptr, size_t size);
-int cuIpcGetMemHandle(ipc_handle *h, uint64_t dptr);
-int cuIpcOpenMemHandle_v2(uint64_t *dptr, ipc_handle h, unsigned int flags);
-int cuIpcCloseMemHandle(uint64_t dptr);
-int cuMemCreate(uint64_t *handle, size_t size, const void *prop, unsigned long long flags);
-int cuMemMap(uint64_t ptr, size_t size, size_t offset, uint64_t handle, unsigned long long flags);
-int cuMemUnmap(uint64_t ptr, size_t size);
-int cuMemRelease(uint64_t handle);
-int cuCtxDestroy_v2(void *ctx);
+#include "stub_cuda.h"
 
 #define CHECK(c)                                                        \
 	do {                                                            \
@@ -80,7 +62,7 @@ int main(int argc, char **argv)
 	}
 	{
 		uint64_t p = 0, q = 0, h = 0;
-		ipc_handle ih;
+		stub_ipc_handle ih;
 
 		c0 = hook_calls ? hook_calls() : 0;
 		CHECK(cuMemAlloc_v2(&p, 1 << 20) == 0 && p == 0x10000);

@@ -7,8 +7,9 @@
  * destroy. The driver's answers follow CUDA's rules closely enough for the
  * hook library to pass them through (wrong base: CUDA_ERROR_INVALID_VALUE).
  */
-#include <stdint.h>
 #include <string.h>
+
+#include "stub_cuda.h"
 
 #define ALLOC 0x10000ull     /* the allocation (cuMemAlloc) */
 #define IPC_MAP 0x7000000ull /* where an IPC open maps it */
@@ -18,22 +19,6 @@ int stub_cuda_frees, stub_cuda_allocs, stub_cuda_ipc_opens, stub_cuda_ipc_closes
 int stub_cuda_vmm_creates, stub_cuda_vmm_maps, stub_cuda_vmm_unmaps, stub_cuda_vmm_releases;
 int stub_cuda_ctx_destroys;
 static int ipc_mapped, vmm_mapped;
-
-typedef struct {
-	char reserved[64];
-} stub_ipc_handle;
-
-int cuMemFree_v2(uint64_t dptr);
-int cuMemFree(unsigned int dptr);
-int cuMemAlloc_v2(uint64_t *dptr, size_t size);
-int cuIpcGetMemHandle(stub_ipc_handle *h, uint64_t dptr);
-int cuIpcOpenMemHandle_v2(uint64_t *dptr, stub_ipc_handle h, unsigned int flags);
-int cuIpcCloseMemHandle(uint64_t dptr);
-int cuMemCreate(uint64_t *handle, size_t size, const void *prop, unsigned long long flags);
-int cuMemMap(uint64_t ptr, size_t size, size_t offset, uint64_t handle, unsigned long long flags);
-int cuMemUnmap(uint64_t ptr, size_t size);
-int cuMemRelease(uint64_t handle);
-int cuCtxDestroy_v2(void *ctx);
 
 int cuMemFree_v2(uint64_t dptr)
 {
