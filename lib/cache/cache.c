@@ -452,14 +452,11 @@ void pdma_cache_get_stats(struct pdma_cache *c, struct pdma_cache_stats *s)
 }
 
 /* Is the hit e still the memory the caller means? */
-static inline bool hit_fresh(struct pdma_cache *c, struct entry *e,
-			     const struct pdma_mem_alloc *alloc, enum pdma_hmem_iface iface,
+static inline bool hit_fresh(struct entry *e, const struct pdma_mem_alloc *alloc,
 			     uint64_t addr, size_t len)
 {
 	uint64_t id = RLX(e->buffer_id);
 
-	(void)c;
-	(void)iface;
 	if (alloc && alloc->buffer_id)
 		return !id || alloc->buffer_id == id;
 	if (likely(!RLX(e->verify)))
@@ -536,7 +533,7 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 				break;
 			c->st.slow_hits++;
 			pthread_mutex_unlock(&c->lock);
-			if (hit_fresh(c, e, alloc, iface, addr, len)) {
+			if (hit_fresh(e, alloc, addr, len)) {
 				*region = &e->r;
 				return 0;
 			}
@@ -688,7 +685,7 @@ int pdma_cache_get(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *b
 			e = pdma_cache_lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
 	}
 	if (likely(e)) {
-		if (likely(hit_fresh(c, e, alloc, iface, addr, len))) {
+		if (likely(hit_fresh(e, alloc, addr, len))) {
 			*region = &e->r;
 			return 0;
 		}
