@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * A stand-in for libcuda's entry points through which memory arrives and
- * leaves, for interpose.c: it counts the calls that reach "the driver".
+ * A stand-in for libcuda's (and libcudart's) entry points through which memory
+ * arrives and leaves, for interpose.c: it counts the calls that reach "the
+ * driver" (or "the runtime").
  * One fake allocation, reachable at its own address and, once opened through
  * IPC, at a second mapping of it; VMM create/map/unmap/release; context
  * destroy. The driver's answers follow CUDA's rules closely enough for the
@@ -14,10 +15,13 @@
 #define ALLOC 0x10000ull     /* the allocation (cuMemAlloc) */
 #define IPC_MAP 0x7000000ull /* where an IPC open maps it */
 #define VMM_VA 0x9000000ull  /* the reserved VMM range */
+#define RT_ALLOC 0x30000ull  /* the runtime's allocation (cudaMalloc) */
 
 int stub_cuda_frees, stub_cuda_allocs, stub_cuda_ipc_opens, stub_cuda_ipc_closes;
 int stub_cuda_vmm_creates, stub_cuda_vmm_maps, stub_cuda_vmm_unmaps, stub_cuda_vmm_releases;
-int stub_cuda_ctx_destroys;
+int stub_cuda_ctx_destroys, stub_cudart_frees, stub_cudart_ipc_closes;
+unsigned long long stub_cuda_alloc_id, stub_cudart_alloc_id;
+static unsigned long long next_id = 100;
 static int ipc_mapped, vmm_mapped;
 
 int cuMemFree_v2(uint64_t dptr)
@@ -38,7 +42,20 @@ int cuMemAlloc_v2(uint64_t *dptr, size_t size)
 {
 	(void)size;
 	*dptr = ALLOC;
+	stub_cuda_alloc_id = next_id++;
 	stub_cuda_allocs++;
+	return 0;
+}
+
+/* CU_POINTER_ATTRIBUTE_BUFFER_ID (7) of the two allocations only. */
+int cuPointerGetAttribute(void *data, int attribute, uint64_t ptr)
+{
+	unsigned long long id = ptr == ALLOC ? stub_cuda_alloc_id :
+				ptr == RT_ALLOC ? stub_cudart_alloc_id : 0;
+
+	if (attribute != 7 || !id)
+		return 1;
+	*(unsigned long long *)data = id;
 	return 0;
 }
 
@@ -117,5 +134,30 @@ int cuCtxDestroy_v2(void *ctx)
 {
 	(void)ctx;
 	stub_cuda_ctx_destroys++;
+	return 0;
+}
+
+/* ------------------------------------------------------------ the runtime */
+
+int cudaMalloc(void **p, size_t size)
+{
+	(void)size;
+	*p = (void *)(uintptr_t)RT_ALLOC;
+	stub_cudart_alloc_id = next_id++;
+	return 0;
+}
+
+int cudaFree(void *p)
+{
+	(void)p;
+	stub_cudart_frees++;
+	return 0;
+}
+
+int cudaIpcCloseMemHandle(void *p)
+{
+	if ((uintptr_t)p != IPC_MAP)
+		return 1; /* cudaErrorInvalidValue */
+	stub_cudart_ipc_closes++;
 	return 0;
 }
