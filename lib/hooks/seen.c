@@ -86,7 +86,7 @@ static struct slot *find(uint64_t base)
 }
 
 /* Remove slot s, shifting back the entries of its probe run. */
-static void erase(struct slot *s)
+static void erase(const struct slot *s)
 {
 	size_t mask = cap - 1, i = (size_t)(s - tab), j = i;
 
