@@ -82,7 +82,15 @@ struct pdma_domain_attr {
 	size_t raw_key_size;     /* bytes of a raw key under PDMA_MR_RAW (0 means 16, min 12) */
 	struct pdma_sim *sim;    /* simulated GPU + DMA device for PDMA_HMEM_SIM (test builds,
 				  * static library: lib/mem/sim.h); NULL otherwise */
-	int use_cache;           /* 1: registrations go through the registration cache */
+	int use_cache;           /* 1: registrations go through the registration cache.
+				  * CUDA memory in it ($PEERDMA_CUDA_MONITOR): "tag"
+				  * checks the buffer ID on every hit; "hooks" trusts
+				  * the deallocation hooks (libpeerdma_cuda_hooks.so)
+				  * for all CUDA memory; "auto" (default), with the
+				  * hooks detected, trusts them only for allocations
+				  * they saw made (cuMemAlloc*, cudaMalloc*) and keeps
+				  * the check for IPC and VMM mappings and any other
+				  * memory; without the hooks, auto is "tag" */
 	const char *kernel_device; /* non-NULL (e.g. "/dev/peerdma"): pin host memory through
 				    * the kernel module (pin_user_pages + MMU notifier, revocation
 				    * events) instead of mlock; open fails if it is absent */

@@ -74,6 +74,8 @@ struct entry {
 	_Atomic int32_t refcnt;       /* see "Reference counts" above */
 	_Atomic uint8_t iface;
 	atomic_bool valid;            /* false: never returned by a lookup again */
+	_Atomic uint8_t verify;       /* check the buffer ID on every hit (TAG_CHECK,
+				       * or an unwatched region under TRUST_WATCHED) */
 	_Atomic uint64_t last_use;    /* LRU stamp (put) */
 	/* --- cold --- */
 	struct pdma_region r;         /* what callers see (its refcnt is unused) */

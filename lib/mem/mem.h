@@ -22,6 +22,11 @@ struct pdma_mem_alloc {
 	uint64_t base;      /* allocation start */
 	size_t size;        /* allocation size */
 	uint64_t buffer_id; /* changes when the address is reallocated (0: unknown) */
+	/* No monitor is known to see this allocation leave: a cache in
+	 * PDMA_CACHE_MODE_TRUST_WATCHED verifies its hits by buffer ID (CUDA
+	 * memory the deallocation hooks did not see being made). Backends that
+	 * leave it false are trusted as TRUST trusts them. */
+	bool unwatched;
 };
 
 typedef void (*pdma_mem_revoke_fn)(void *arg);

@@ -73,13 +73,24 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 		struct pdma_cache_attr ca;
 
 		pdma_cache_attr_from_env(&ca);
-		/* CUDA regions need a per-hit buffer-ID check unless every CUDA
-		 * free is known to reach the monitor first (the allocation hooks
-		 * are live): then invalidations alone can be trusted. */
-		if (ca.mode[PDMA_HMEM_CUDA] == PDMA_CACHE_MODE_DEFAULT)
-			ca.mode[PDMA_HMEM_CUDA] =
-				pdma_cuda_monitor_mode() == PDMA_CUDA_MON_HOOKS ?
-					PDMA_CACHE_MODE_TRUST : PDMA_CACHE_MODE_TAG_CHECK;
+		/* CUDA regions need a per-hit buffer-ID check unless every way
+		 * their memory can leave reaches the monitor first. With the
+		 * hooks detected (auto) that holds for the allocations the hooks
+		 * saw made, not for IPC or VMM mappings or memory allocated past
+		 * them: TRUST_WATCHED decides per region. Forced "hooks" trusts
+		 * all CUDA memory. */
+		if (ca.mode[PDMA_HMEM_CUDA] == PDMA_CACHE_MODE_DEFAULT) {
+			switch (pdma_cuda_monitor_mode()) {
+			case PDMA_CUDA_MON_HOOKS:
+				ca.mode[PDMA_HMEM_CUDA] = PDMA_CACHE_MODE_TRUST;
+				break;
+			case PDMA_CUDA_MON_AUTO:
+				ca.mode[PDMA_HMEM_CUDA] = PDMA_CACHE_MODE_TRUST_WATCHED;
+				break;
+			default:
+				ca.mode[PDMA_HMEM_CUDA] = PDMA_CACHE_MODE_TAG_CHECK;
+			}
+		}
 		ret = pdma_cache_open(&ca, &d->cache);
 		if (ret)
 			goto err;
