@@ -167,6 +167,16 @@ static void gone(struct adv *a, const void *p, size_t len, enum pdma_hmem_iface 
 }
 
 /* extra: MAP_FIXED..., or MAP_SHARED for a shared mapping */
+/* Is any page of [addr, addr + len) unmapped? */
+static bool unmapped(uintptr_t addr, size_t len)
+{
+	unsigned char vec[BIG / 4096 + 2];
+	uintptr_t s = addr & ~(uintptr_t)4095;
+
+	return mincore((void *)s, ((addr + len - s) + 4095) & ~(size_t)4095, vec) &&
+	       errno == ENOMEM;
+}
+
 static void *map(void *at, size_t len, int extra)
 {
 	int kind = extra & MAP_SHARED ? 0 : MAP_PRIVATE;
@@ -218,7 +228,8 @@ static void s_malloc_mmap(struct adv *a)
 	uintptr_t was = (uintptr_t)p;
 
 	free(p); /* glibc munmaps the chunk inside free() */
-	gone(a, (void *)was, BIG, PDMA_HMEM_SYSTEM);
+	if (unmapped(was, BIG)) /* (a sanitizer's allocator keeps it) */
+		gone(a, (void *)was, BIG, PDMA_HMEM_SYSTEM);
 	q = malloc(BIG);
 	if (!q)
 		exit(2);
