@@ -16,6 +16,25 @@
  * pdma_errno_to_fi() and pdma_errno_from_fi() convert; errno values with no
  * libfabric code (-ESTALE, -EPROTO, -EEXIST) become -FI_EOTHER (256).
  *
+ * What a host memory (PDMA_HMEM_SYSTEM) registration guarantees:
+ *  - Without the kernel module (kernel_device NULL): the range was mapped when
+ *    it was registered; nothing more is done to the pages. They are neither
+ *    locked nor pinned: user space cannot make a DMA pin (mlock keeps pages
+ *    resident, but the kernel may still migrate them), so peerdma does not
+ *    pretend to. Devices of this library reach the memory through the
+ *    process's virtual addresses. The application's munmap, madvise
+ *    (MADV_DONTNEED, MADV_FREE) and free() always succeed, whether an MR is
+ *    open or closed and cached. With the cache on, the monitor drops a cached
+ *    registration whose memory was unmapped, remapped or discarded: the next
+ *    registration of the range takes the memory as it is then (unmapped:
+ *    -EFAULT), never the old one, and device access through an MR still open
+ *    on it fails with -EFAULT. Residency is the application's choice:
+ *    mlock(2) the memory itself (peerdma never unlocks it).
+ *  - With the kernel module (kernel_device set): the pages are pinned with
+ *    pin_user_pages(FOLL_LONGTERM), a DMA pin, and the module's MMU notifier
+ *    revokes the registration when the range is unmapped or changed; DMA
+ *    through a revoked registration fails with -EFAULT.
+ *
  * Thread safety: a domain may be used from many threads at once; all calls on
  * distinct MRs of one domain may run concurrently. Calls on the same MR must
  * be serialised by the caller, except pdma_mr_key() and pdma_mr_desc(), which
@@ -85,7 +104,8 @@ struct pdma_domain_attr {
 	int use_cache;           /* 1: registrations go through the registration cache */
 	const char *kernel_device; /* non-NULL (e.g. "/dev/peerdma"): pin host memory through
 				    * the kernel module (pin_user_pages + MMU notifier, revocation
-				    * events) instead of mlock; open fails if it is absent */
+				    * events), a DMA pin; without it host memory is checked, not
+				    * pinned (see above); open fails if it is absent */
 };
 
 /* Fills *attr with defaults: PDMA_MR_BASIC|LOCAL|HMEM, 8-byte keys, 4 iovs. */

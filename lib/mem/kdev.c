@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * The kdev backend: pins through the kernel module (/dev/peerdma,
- * include/uapi/peerdma.h) instead of mlock. Host pages are then held with
+ * include/uapi/peerdma.h), the only host backend that makes a DMA pin (the
+ * plain host backend only checks the range: host.c). Host pages are held with
  * pin_user_pages(FOLL_LONGTERM) and watched by an MMU notifier, GPU pages
  * with nv-p2p, and when the kernel revokes a pin (munmap, GPU free, dma-buf
  * move) it queues an event on the file. One thread per backend reads those
