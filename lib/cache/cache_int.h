@@ -137,6 +137,9 @@ struct pdma_cache {
 	_Atomic uint64_t live;         /* 1 (the cache itself) + regions not yet unpinned */
 	_Atomic uint64_t n_uncached, n_stale;
 	atomic_bool closed;
+
+	/* fork.c: the process-wide list of open caches (fork handlers). */
+	struct pdma_cache *fork_next, *fork_prev;
 };
 
 
@@ -184,6 +187,9 @@ size_t pdma_cache_default_max_size(void);
 
 /* cache.c: references and retirement. */
 void pdma_cache_cache_unref(struct pdma_cache *c);
+/* fork.c: caches the fork handlers must reach, from open to close. */
+void pdma_cache_fork_track(struct pdma_cache *c);
+void pdma_cache_fork_untrack(struct pdma_cache *c);
 void pdma_cache_entry_destroy(struct entry *e);
 bool pdma_cache_entry_unref_last(struct entry *e);
 void pdma_cache_entry_unref(struct entry *e);
