@@ -86,6 +86,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 		if (ret)
 			goto err;
 	}
+	pdma_fork_track_domain(d);
 	*out = d;
 	return 0;
 err:
@@ -103,6 +104,7 @@ int pdma_domain_close(struct pdma_domain *d)
 		return -EBUSY;
 	}
 	pthread_rwlock_unlock(&d->lock);
+	pdma_fork_untrack_domain(d);
 	domain_free(d);
 	return 0;
 }

@@ -122,6 +122,7 @@ struct pdma_domain {
 	pthread_mutex_t cuda_lock;
 	pdma_log_fn log_fn;
 	void *log_arg;
+	struct pdma_domain *fork_next, *fork_prev; /* fork.c: open domains */
 };
 
 void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)

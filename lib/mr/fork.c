@@ -10,26 +10,85 @@
  * Lock order, the one the library uses everywhere: the userfaultfd monitor's
  * lock (held while its thread is started or joined; that thread notifies),
  * the subscriber list's (a notification holds it while it takes a cache's
- * lock), then the cache list and each cache's locks (never nested with each
- * other). No thread waits for the forking thread while holding one of them.
+ * lock), the cache list and each cache's locks (never nested with each
+ * other), then the domain list and each domain's lock and key pool lock (a
+ * domain lock is never held while a cache lock is taken, nor the reverse).
+ * No thread waits for the forking thread while holding one of them.
+ *
+ * Not covered: an event queue's lock and a region's quiesce lock held by
+ * another thread at the fork (an EQ reader, a transfer in flight) stay held
+ * in the child, as any lock of the application's would. CUDA cannot be used
+ * in a child at all (the driver forbids it).
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
+#include "mr/domain.h"
 #include "mr/fork.h"
 
 static _Atomic uint64_t fork_gen;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t domains_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pdma_domain *domains;
+
+void pdma_fork_track_domain(struct pdma_domain *d)
+{
+	pthread_mutex_lock(&domains_lock);
+	d->fork_prev = NULL;
+	d->fork_next = domains;
+	if (domains)
+		domains->fork_prev = d;
+	domains = d;
+	pthread_mutex_unlock(&domains_lock);
+}
+
+void pdma_fork_untrack_domain(struct pdma_domain *d)
+{
+	pthread_mutex_lock(&domains_lock);
+	if (d->fork_prev)
+		d->fork_prev->fork_next = d->fork_next;
+	else
+		domains = d->fork_next;
+	if (d->fork_next)
+		d->fork_next->fork_prev = d->fork_prev;
+	pthread_mutex_unlock(&domains_lock);
+}
+
+static void domains_prepare(void)
+{
+	pthread_mutex_lock(&domains_lock);
+	for (struct pdma_domain *d = domains; d; d = d->fork_next) {
+		pthread_rwlock_wrlock(&d->lock);
+		pthread_mutex_lock(&d->rand.lock);
+	}
+}
+
+/* child: glibc tells a writer's rwlock unlock by thread ID, and the child's
+ * thread has another; the lock, ours alone, is made anew instead. */
+static void domains_release(bool child)
+{
+	for (struct pdma_domain *d = domains; d; d = d->fork_next) {
+		pthread_mutex_unlock(&d->rand.lock);
+		if (child)
+			pthread_rwlock_init(&d->lock, NULL);
+		else
+			pthread_rwlock_unlock(&d->lock);
+	}
+	pthread_mutex_unlock(&domains_lock);
+}
 
 static void fork_prepare(void)
 {
 	pdma_uffd_fork_prepare();
 	pdma_monitor_fork_prepare();
 	pdma_cache_fork_prepare();
+	domains_prepare();
 }
 
 static void fork_parent(void)
 {
+	domains_release(false);
 	pdma_cache_fork_parent();
 	pdma_monitor_fork_parent();
 	pdma_uffd_fork_parent();
@@ -38,6 +97,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
 	atomic_fetch_add(&fork_gen, 1);
+	domains_release(true);
 	pdma_cache_fork_child();
 	pdma_monitor_fork_child();
 	pdma_uffd_fork_child();

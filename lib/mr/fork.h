@@ -26,15 +26,21 @@
 
 /* Install the fork handlers once per process (idempotent, thread safe). */
 void pdma_fork_init(void);
+/* Open domains, from open to close: prepare takes each one's lock and key
+ * pool lock, so that a registration or transfer in another thread at the
+ * fork cannot leave them held for ever in the child. */
+struct pdma_domain;
+void pdma_fork_track_domain(struct pdma_domain *d);
+void pdma_fork_untrack_domain(struct pdma_domain *d);
 /* Forks this process has been through as a child: 0 in the original process,
  * counted up in each child. An object that records it at open knows, by a
  * different value, that it was opened by an ancestor. */
 uint64_t pdma_fork_gen(void);
 
 /* The handlers of each part, called by fork.c in a fixed lock order:
- * prepare takes the userfaultfd monitor's lock, the subscriber list's and
- * then every cache's locks; parent and child release them (the child after
- * making its state its own). */
+ * prepare takes the userfaultfd monitor's lock, the subscriber list's, every
+ * cache's locks and then every domain's; parent and child release them (the
+ * child after making its state its own). */
 void pdma_uffd_fork_prepare(void);
 void pdma_uffd_fork_parent(void);
 void pdma_uffd_fork_child(void);
