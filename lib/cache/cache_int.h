@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "cache/cache.h"
+#include "mr/fork.h"
 
 #define TLS __thread __attribute__((tls_model("initial-exec")))
 #define likely(x) __builtin_expect(!!(x), 1)
@@ -138,8 +139,7 @@ struct pdma_cache {
 	_Atomic uint64_t n_uncached, n_stale;
 	atomic_bool closed;
 
-	/* fork.c: the process-wide list of open caches (fork handlers). */
-	struct pdma_cache *fork_next, *fork_prev;
+	struct pdma_fork_node fork_node; /* fork.c: on the list of open caches */
 };
 
 

@@ -17,37 +17,27 @@
 #include "cache/cache_int.h"
 #include "mr/fork.h"
 
-static pthread_mutex_t caches_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct pdma_cache *caches;
+static struct pdma_fork_list caches = PDMA_FORK_LIST_INIT;
+
+#define cache_of(n) pdma_fork_entry(n, struct pdma_cache, fork_node)
 
 void pdma_cache_fork_track(struct pdma_cache *c)
 {
 	pdma_fork_init();
-	pthread_mutex_lock(&caches_lock);
-	c->fork_prev = NULL;
-	c->fork_next = caches;
-	if (caches)
-		caches->fork_prev = c;
-	caches = c;
-	pthread_mutex_unlock(&caches_lock);
+	pdma_fork_list_add(&caches, &c->fork_node);
 }
 
 void pdma_cache_fork_untrack(struct pdma_cache *c)
 {
-	pthread_mutex_lock(&caches_lock);
-	if (c->fork_prev)
-		c->fork_prev->fork_next = c->fork_next;
-	else
-		caches = c->fork_next;
-	if (c->fork_next)
-		c->fork_next->fork_prev = c->fork_prev;
-	pthread_mutex_unlock(&caches_lock);
+	pdma_fork_list_del(&caches, &c->fork_node);
 }
 
 void pdma_cache_fork_prepare(void)
 {
-	pthread_mutex_lock(&caches_lock);
-	for (struct pdma_cache *c = caches; c; c = c->fork_next) {
+	pthread_mutex_lock(&caches.lock);
+	for (struct pdma_fork_node *n = caches.head; n; n = n->next) {
+		struct pdma_cache *c = cache_of(n);
+
 		pthread_mutex_lock(&c->lock);
 		pthread_mutex_lock(&c->slab_lock);
 	}
@@ -55,16 +45,20 @@ void pdma_cache_fork_prepare(void)
 
 void pdma_cache_fork_parent(void)
 {
-	for (struct pdma_cache *c = caches; c; c = c->fork_next) {
+	for (struct pdma_fork_node *n = caches.head; n; n = n->next) {
+		struct pdma_cache *c = cache_of(n);
+
 		pthread_mutex_unlock(&c->slab_lock);
 		pthread_mutex_unlock(&c->lock);
 	}
-	pthread_mutex_unlock(&caches_lock);
+	pthread_mutex_unlock(&caches.lock);
 }
 
 void pdma_cache_fork_child(void)
 {
-	for (struct pdma_cache *c = caches; c; c = c->fork_next) {
+	for (struct pdma_fork_node *n = caches.head; n; n = n->next) {
+		struct pdma_cache *c = cache_of(n);
+
 		for (int i = 0; i < PDMA_CACHE_NIFACE; i++) {
 			c->mode[i] = PDMA_CACHE_MODE_OFF;
 			c->st.mode[i] = PDMA_CACHE_MODE_OFF;
@@ -77,5 +71,5 @@ void pdma_cache_fork_child(void)
 		pthread_mutex_unlock(&c->slab_lock);
 		pthread_mutex_unlock(&c->lock);
 	}
-	pthread_mutex_unlock(&caches_lock);
+	pthread_mutex_unlock(&caches.lock);
 }

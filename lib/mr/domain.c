@@ -86,7 +86,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 		if (ret)
 			goto err;
 	}
-	pdma_fork_track_domain(d);
+	pdma_fork_list_add(&pdma_fork_domains, &d->fork_node);
 	*out = d;
 	return 0;
 err:
@@ -104,7 +104,7 @@ int pdma_domain_close(struct pdma_domain *d)
 		return -EBUSY;
 	}
 	pthread_rwlock_unlock(&d->lock);
-	pdma_fork_untrack_domain(d);
+	pdma_fork_list_del(&pdma_fork_domains, &d->fork_node);
 	domain_free(d);
 	return 0;
 }

@@ -29,36 +29,39 @@
 
 static _Atomic uint64_t fork_gen;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t domains_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct pdma_domain *domains;
+struct pdma_fork_list pdma_fork_domains = PDMA_FORK_LIST_INIT;
 
-void pdma_fork_track_domain(struct pdma_domain *d)
+void pdma_fork_list_add(struct pdma_fork_list *l, struct pdma_fork_node *n)
 {
-	pthread_mutex_lock(&domains_lock);
-	d->fork_prev = NULL;
-	d->fork_next = domains;
-	if (domains)
-		domains->fork_prev = d;
-	domains = d;
-	pthread_mutex_unlock(&domains_lock);
+	pthread_mutex_lock(&l->lock);
+	n->prev = NULL;
+	n->next = l->head;
+	if (l->head)
+		l->head->prev = n;
+	l->head = n;
+	pthread_mutex_unlock(&l->lock);
 }
 
-void pdma_fork_untrack_domain(struct pdma_domain *d)
+void pdma_fork_list_del(struct pdma_fork_list *l, struct pdma_fork_node *n)
 {
-	pthread_mutex_lock(&domains_lock);
-	if (d->fork_prev)
-		d->fork_prev->fork_next = d->fork_next;
+	pthread_mutex_lock(&l->lock);
+	if (n->prev)
+		n->prev->next = n->next;
 	else
-		domains = d->fork_next;
-	if (d->fork_next)
-		d->fork_next->fork_prev = d->fork_prev;
-	pthread_mutex_unlock(&domains_lock);
+		l->head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	pthread_mutex_unlock(&l->lock);
 }
+
+#define domain_of(n) pdma_fork_entry(n, struct pdma_domain, fork_node)
 
 static void domains_prepare(void)
 {
-	pthread_mutex_lock(&domains_lock);
-	for (struct pdma_domain *d = domains; d; d = d->fork_next) {
+	pthread_mutex_lock(&pdma_fork_domains.lock);
+	for (struct pdma_fork_node *n = pdma_fork_domains.head; n; n = n->next) {
+		struct pdma_domain *d = domain_of(n);
+
 		pthread_rwlock_wrlock(&d->lock);
 		pthread_mutex_lock(&d->rand.lock);
 	}
@@ -68,14 +71,16 @@ static void domains_prepare(void)
  * thread has another; the lock, ours alone, is made anew instead. */
 static void domains_release(bool child)
 {
-	for (struct pdma_domain *d = domains; d; d = d->fork_next) {
+	for (struct pdma_fork_node *n = pdma_fork_domains.head; n; n = n->next) {
+		struct pdma_domain *d = domain_of(n);
+
 		pthread_mutex_unlock(&d->rand.lock);
 		if (child)
 			pthread_rwlock_init(&d->lock, NULL);
 		else
 			pthread_rwlock_unlock(&d->lock);
 	}
-	pthread_mutex_unlock(&domains_lock);
+	pthread_mutex_unlock(&pdma_fork_domains.lock);
 }
 
 static void fork_prepare(void)

@@ -22,16 +22,31 @@
 #ifndef PDMA_LIB_FORK_H
 #define PDMA_LIB_FORK_H
 
+#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
+
+/* The objects the fork handlers must reach (open caches, open domains), each
+ * on a list from open to close. Process-wide: fork copies the process. */
+struct pdma_fork_node {
+	struct pdma_fork_node *next, *prev;
+};
+struct pdma_fork_list {
+	pthread_mutex_t lock; /* the handlers hold it from prepare to parent/child */
+	struct pdma_fork_node *head;
+};
+#define PDMA_FORK_LIST_INIT { PTHREAD_MUTEX_INITIALIZER, NULL }
+#define pdma_fork_entry(node, type, member) \
+	((type *)((char *)(node) - offsetof(type, member)))
+void pdma_fork_list_add(struct pdma_fork_list *l, struct pdma_fork_node *n);
+void pdma_fork_list_del(struct pdma_fork_list *l, struct pdma_fork_node *n);
 
 /* Install the fork handlers once per process (idempotent, thread safe). */
 void pdma_fork_init(void);
-/* Open domains, from open to close: prepare takes each one's lock and key
- * pool lock, so that a registration or transfer in another thread at the
- * fork cannot leave them held for ever in the child. */
-struct pdma_domain;
-void pdma_fork_track_domain(struct pdma_domain *d);
-void pdma_fork_untrack_domain(struct pdma_domain *d);
+/* Open domains: prepare takes each one's lock and key pool lock, so that a
+ * registration or transfer in another thread at the fork cannot leave them
+ * held for ever in the child. */
+extern struct pdma_fork_list pdma_fork_domains;
 /* Forks this process has been through as a child: 0 in the original process,
  * counted up in each child. An object that records it at open knows, by a
  * different value, that it was opened by an ancestor. */
