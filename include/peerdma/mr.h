@@ -14,7 +14,7 @@
  *   -ENOKEY  (key unknown or in use)        is libfabric's -FI_ENOKEY (266)
  *   -ERANGE  (caller's buffer too small)    is libfabric's -FI_ETOOSMALL (257)
  * pdma_errno_to_fi() and pdma_errno_from_fi() convert; errno values with no
- * libfabric code (-ESTALE, -EPROTO, -EEXIST) become -FI_EOTHER (256).
+ * libfabric code (-ESTALE, -EPROTO, -EEXIST, -ECHILD) become -FI_EOTHER (256).
  *
  * What a host memory (PDMA_HMEM_SYSTEM) registration guarantees:
  *  - Without the kernel module (kernel_device NULL): the range was mapped when
