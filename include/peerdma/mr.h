@@ -35,23 +35,25 @@
  *    revokes the registration when the range is unmapped or changed; DMA
  *    through a revoked registration fails with -EFAULT.
  *
- * fork(): the parent's registrations stay valid and keep the parent's pages:
- * private memory is copy-on-write for the child, and a private anonymous
- * page pinned through the kernel module is copied for the child at fork by
- * the kernel itself, so the child's writes never reach the pinned page
- * (Linux 5.9 and later; Debian 12's 6.1: copy_present_pte() copies a page
- * that may be DMA-pinned instead of sharing it). Shared mappings
- * (MAP_SHARED) stay shared, as the application asked. peerdma does not
- * madvise(MADV_DONTFORK) registered memory (the model of ibv_fork_init): on
- * these kernels it protects nothing more, and it would unmap the registered
- * pages, and whatever shares a page with them (malloc'd neighbours), in the
- * child. In the child, domains opened before
- * the fork keep working but their cache forgets the parent's registrations
- * without releasing them (each registration there pins afresh; a domain
- * opened in the child caches again), and a kernel-device domain opened
- * before the fork refuses registrations with -ECHILD (the module's file and
- * its pins belong to the parent; open a new domain in the child). Closing
- * inherited MRs and domains in the child releases nothing of the parent's.
+ * fork(): the parent's registrations stay valid and keep the parent's pages.
+ * Private memory is copy-on-write for the child, and a private anonymous page
+ * pinned through the kernel module is copied for the child at fork by the
+ * kernel itself, so the child's writes never reach the pinned page (Linux 5.9
+ * and later; Debian 12's 6.1: copy_present_pte() copies a page that may be
+ * DMA-pinned instead of sharing it). Shared mappings (MAP_SHARED) stay
+ * shared, as the application asked. peerdma does not madvise(MADV_DONTFORK)
+ * registered memory (the model of ibv_fork_init): on these kernels it would
+ * protect nothing more, and it would unmap the registered pages, and whatever
+ * shares a page with them (malloc'd neighbours), in the child.
+ * In the child, domains opened before the fork keep working, but their cache
+ * forgets the parent's registrations without releasing them: each
+ * registration there pins afresh (a domain opened in the child caches
+ * again). A kernel-device domain opened before the fork refuses registrations
+ * there with -ECHILD: the module's file and its pins belong to the parent;
+ * open a new domain in the child. Closing inherited MRs and domains in the
+ * child releases nothing of the parent's. Another thread's registration or
+ * transfer at the moment of the fork is safe; an EQ read in progress is not
+ * (its lock stays held in the child).
  *
  * Thread safety: a domain may be used from many threads at once; all calls on
  * distinct MRs of one domain may run concurrently. Calls on the same MR must
