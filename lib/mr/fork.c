@@ -15,10 +15,11 @@
  * domain lock is never held while a cache lock is taken, nor the reverse).
  * No thread waits for the forking thread while holding one of them.
  *
- * Not covered: an event queue's lock and a region's quiesce lock held by
- * another thread at the fork (an EQ reader, a transfer in flight) stay held
- * in the child, as any lock of the application's would. CUDA cannot be used
- * in a child at all (the driver forbids it).
+ * Not covered: an event queue's lock held by another thread at the fork (an
+ * EQ reader) stays held in the child, and so does a region's quiesce lock
+ * while the kdev event thread revokes it (device access through that
+ * inherited MR would then wait for ever in the child). Transfers are covered:
+ * they run under the domain lock. CUDA cannot be used in a child at all.
  */
 #include <pthread.h>
 #include <stdatomic.h>
