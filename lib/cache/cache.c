@@ -63,6 +63,8 @@
  *    thread, skew of at most 64 puts between threads); eviction pops a heap
  *    keyed by the stamp seen at insertion and re-sorts lazily, which yields
  *    exact LRU order among unreferenced regions for single-threaded use.
+ *  - fork(): in the child, caches opened before the fork are pass-through
+ *    and forget their regions without unpinning them (lib/cache/fork.c).
  *  - Host memory (userfaultfd monitor): before a lookup of host memory the
  *    caller waits while the monitor thread is handling events (one load), so
  *    an munmap that has returned is always reflected in the index.
@@ -354,6 +356,7 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 		free(c);
 		return ret;
 	}
+	pdma_cache_fork_track(c);
 	*cache = c;
 	return 0;
 }
@@ -364,6 +367,7 @@ void pdma_cache_close(struct pdma_cache *c)
 
 	if (!c)
 		return;
+	pdma_cache_fork_untrack(c);
 	pdma_monitor_unsubscribe(c->sub);
 	pthread_mutex_lock(&c->lock);
 	/* Every indexed region leaves; referenced ones live on until their put. */

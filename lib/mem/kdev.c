@@ -1,12 +1,20 @@
 // SPDX-License-Identifier: MIT
 /*
  * The kdev backend: pins through the kernel module (/dev/peerdma,
- * include/uapi/peerdma.h) instead of mlock. Host pages are then held with
+ * include/uapi/peerdma.h), the only host backend that makes a DMA pin (the
+ * plain host backend only checks the range: host.c). Host pages are held with
  * pin_user_pages(FOLL_LONGTERM) and watched by an MMU notifier, GPU pages
  * with nv-p2p, and when the kernel revokes a pin (munmap, GPU free, dma-buf
  * move) it queues an event on the file. One thread per backend reads those
  * events and revokes the matching region (quiescing its DMA) and notifies the
  * monitor, so caches drop the registration without any per-use check.
+ *
+ * fork(): the file and its pins stay the parent's. In a child the backend
+ * refuses to pin (-ECHILD: the module would pin the child's pages on the
+ * parent's file, whose events only the parent reads), never unpins (an
+ * unpin would drop the parent's pin: pdma_region_fini skips inherited pins)
+ * and closes only its copies of the descriptors (writing the stop eventfd
+ * would stop the parent's event thread: the eventfd is shared).
  *
  * Ownership between a revocation and an unpin is decided under the backend
  * lock exactly as in the sim backend: the event marks the pin REVOKING and
@@ -26,6 +34,7 @@
 #include "mem/mem.h"
 #include "mem/kdev.h"
 #include "monitor/monitor.h"
+#include "mr/fork.h"
 #include "uapi/peerdma.h"
 
 enum kpin_state { KPIN_LIVE, KPIN_REVOKING, KPIN_DEAD };
@@ -50,6 +59,7 @@ struct pdma_kdev {
 	pthread_cond_t dead;
 	struct kpin *pins; /* uthash by handle */
 	uint64_t events;
+	uint64_t fork_gen; /* pdma_fork_gen() at open: another value means a child */
 };
 
 static int kdev_events_drain(struct pdma_kdev *k)
@@ -130,6 +140,8 @@ int pdma_kdev_open(const char *path, struct pdma_kdev **out)
 		goto err_fd;
 	}
 	k->caps = v.caps;
+	pdma_fork_init();
+	k->fork_gen = pdma_fork_gen();
 	k->stop_fd = eventfd(0, EFD_CLOEXEC);
 	if (k->stop_fd < 0) {
 		ret = -errno;
@@ -158,6 +170,20 @@ int pdma_kdev_close(struct pdma_kdev *k)
 
 	if (!k)
 		return -EINVAL;
+	if (k->fork_gen != pdma_fork_gen()) {
+		/* Inherited: no event thread here, and the parent's lock state.
+		 * The pins' records are this process's copies: free them. */
+		struct kpin *p, *tmp;
+
+		HASH_ITER(hh, k->pins, p, tmp) {
+			HASH_DEL(k->pins, p);
+			free(p);
+		}
+		close(k->stop_fd);
+		close(k->fd);
+		free(k);
+		return 0;
+	}
 	pthread_mutex_lock(&k->lock);
 	if (k->pins) {
 		pthread_mutex_unlock(&k->lock);
@@ -199,6 +225,8 @@ static int kdev_pin(struct pdma_kdev *k, uint32_t kind, enum pdma_hmem_iface ifa
 
 	if (!k)
 		return -ENODEV;
+	if (k->fork_gen != pdma_fork_gen())
+		return -ECHILD;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Memory backends: where memory lives and how it is pinned. One small ops
- * table per backend (DESIGN.md "mem"): host (mlock), sim (in-process GPU
- * model), cuda (libcuda at run time), kdev (/dev/peerdma).
+ * table per backend (DESIGN.md "mem"): host (checked, neither locked nor
+ * pinned: host.c says why), sim (in-process GPU model), cuda (libcuda at run
+ * time), kdev (/dev/peerdma: real pins).
  *
  * A pin covers a whole-page range [addr, addr + len) of one allocation. When
  * the backend revokes a pin by itself (GPU memory freed, kernel event), it calls

@@ -9,6 +9,7 @@
 #include "mr/domain.h"
 #include "mem/cuda.h"
 #include "mem/kdev.h"
+#include "mr/fork.h"
 
 void pdma_domain_attr_init(struct pdma_domain_attr *attr)
 {
@@ -63,6 +64,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 	pthread_rwlock_init(&d->lock, NULL);
 	pthread_mutex_init(&d->cuda_lock, NULL);
 	pdma_rand_init(&d->rand);
+	pdma_fork_init(); /* before any pin: children must know inherited pins */
 	if (d->attr.kernel_device) {
 		ret = pdma_kdev_open(d->attr.kernel_device, &d->kdev);
 		if (ret)
@@ -95,6 +97,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 		if (ret)
 			goto err;
 	}
+	pdma_fork_list_add(&pdma_fork_domains, &d->fork_node);
 	*out = d;
 	return 0;
 err:
@@ -112,6 +115,7 @@ int pdma_domain_close(struct pdma_domain *d)
 		return -EBUSY;
 	}
 	pthread_rwlock_unlock(&d->lock);
+	pdma_fork_list_del(&pdma_fork_domains, &d->fork_node);
 	domain_free(d);
 	return 0;
 }
