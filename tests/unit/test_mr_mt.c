@@ -26,10 +26,16 @@ static int rounds(int full)
 	return getenv("PEERDMA_VALGRIND") ? full / 20 : full;
 }
 
+/* The key and the address the devices use, published together: with two
+ * separate atomics a device could pair one round's key with another round's
+ * address (a bounds error, not the race under test). */
+struct target {
+	uint64_t key, addr;
+};
+
 struct writer {
 	struct pdma_domain *d;
-	_Atomic uint64_t key;
-	_Atomic uint64_t addr;
+	struct target *_Atomic tgt;
 	atomic_bool stop;
 	atomic_long ok, faulted;
 };
@@ -48,8 +54,8 @@ static void *writer_main(void *arg)
 	static const char pat[64] = "STALE-STALE-STALE-STALE-STALE-STALE-STALE-STALE-STALE-STALE-ST";
 
 	while (!atomic_load(&w->stop)) {
-		int r = pdma_sim_dma_write(w->d, atomic_load(&w->key), atomic_load(&w->addr) + wt->off, pat,
-					   sizeof(pat));
+		const struct target *t = atomic_load(&w->tgt);
+		int r = pdma_sim_dma_write(w->d, t->key, t->addr + wt->off, pat, sizeof(pat));
 
 		if (r == 0)
 			atomic_fetch_add(&w->ok, 1);
@@ -80,8 +86,11 @@ static void free_vs_dma(int use_cache)
 	pthread_t th[2];
 	struct writer_thread wt[2] = { { &w, 0 }, { &w, 1024 } };
 	const int n = rounds(200);
+	struct target *tg = calloc((size_t)n + 1, sizeof(*tg)); /* tg[0]: no key yet */
 	long stale = 0;
 
+	assert_non_null(tg);
+	atomic_init(&w.tgt, &tg[0]);
 	assert_int_equal(pdma_sim_open(&sa, &s), 0);
 	pdma_domain_attr_init(&da);
 	da.sim = s;
@@ -105,9 +114,10 @@ static void free_vs_dma(int use_cache)
 		assert_int_equal(pdma_sim_dma_write(w.d, pdma_mr_key(m), (uintptr_t)g + 2048, "ok",
 						    2), 0);
 		assert_memory_equal(g + 2048, "ok", 2);
-		atomic_store(&w.addr, (uint64_t)(uintptr_t)g);
+		tg[i + 1].addr = (uint64_t)(uintptr_t)g;
+		tg[i + 1].key = pdma_mr_key(m);
 		ok0 = atomic_load(&w.ok);
-		atomic_store(&w.key, pdma_mr_key(m));
+		atomic_store(&w.tgt, &tg[i + 1]);
 		/* Free while the devices are writing: wait (bounded) until one
 		 * write went through, so the free meets transfers in flight. */
 		wait_for(&w.ok, ok0);
@@ -123,6 +133,7 @@ static void free_vs_dma(int use_cache)
 	atomic_store(&w.stop, true);
 	for (int t = 0; t < 2; t++)
 		pthread_join(th[t], NULL);
+	free(tg);
 	assert_int_equal(stale, 0);
 	/* The race was real: writes both succeeded and were refused. */
 	assert_true(atomic_load(&w.ok) > 0);
