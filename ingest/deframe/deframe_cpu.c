@@ -49,7 +49,7 @@ void pdma_dfr_fini(struct pdma_dfr *d)
 uint32_t pdma_dfr_cpu_slot(const struct pdma_dfr_config *c, struct pdma_dfr_tables *t,
 			   const uint8_t *slot, uint32_t slot_size, struct pdma_dfr_desc *desc)
 {
-	struct pdma_dfr_pkt r;
+	struct pdma_dfr_pkt r = { 0 }; /* set by the header parse when st >= 0; gcc -O2 cannot tell */
 	int st = pdma_dfr_header(c, slot, slot_size, desc, &r);
 
 	/* Only valid packets touch the stream table. Malformed ones are
