@@ -73,6 +73,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 		struct pdma_cache_attr ca;
 
 		pdma_cache_attr_from_env(&ca);
+		ca.kdev = d->kdev; /* the kernel monitor, when the module can be one */
 		/* CUDA regions need a per-hit buffer-ID check unless every CUDA
 		 * free is known to reach the monitor first (the allocation hooks
 		 * are live): then invalidations alone can be trusted. */
