@@ -126,7 +126,7 @@ static char *change(enum change c, char *buf, size_t len)
 static void cached_rounds(long rounds)
 {
 	const size_t len = 64 * 1024; /* malloc serves it with mmap (threshold 32 KiB) */
-	long stale[NCHANGE] = { 0 }, done[NCHANGE] = { 0 }, nohit = 0, errors = 0;
+	long stale[NCHANGE] = { 0 }, done[NCHANGE] = { 0 }, nohit = 0, errors = 0, reused = 0;
 	struct pdma_domain_attr a;
 	struct pdma_domain *d = NULL;
 	struct pdma_cache_stats st0, st1;
@@ -173,6 +173,7 @@ static void cached_rounds(long rounds)
 			*bp = NULL;
 			break;
 		}
+		reused += c == FREE_MALLOC && nb == buf;
 		buf = *bp = nb;
 		/* at once: the change is in the index before the lookup */
 		m = NULL;
@@ -190,6 +191,8 @@ static void cached_rounds(long rounds)
 	for (int c = 0; c < NCHANGE; c++)
 		printf("  kernel monitor: %-26s %6ld rounds, %ld stale\n", change_name[c], done[c],
 		       stale[c]);
+	printf("  kernel monitor: malloc returned the freed address in %ld of %ld rounds\n",
+	       reused, done[FREE_MALLOC]);
 	{
 		long total = 0, bad = 0;
 
