@@ -98,12 +98,13 @@ static void cache_free(struct pdma_cache *c)
 
 	while (c->old_tables) {
 		struct retire *n = c->old_tables->next;
+		struct htab *o = c->old_tables->base;
 
-		free(c->old_tables->base);
+		pdma_cache_zfree(o, pdma_cache_htab_bytes(o));
 		c->old_tables = n;
 	}
-	free(t);
-	free(c->heap);
+	pdma_cache_zfree(t, pdma_cache_htab_bytes(t));
+	pdma_cache_zfree(c->heap, c->heap_cap * sizeof(*c->heap));
 	pdma_cache_slab_destroy(c);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
@@ -337,7 +338,10 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 			c->st.monitor = PDMA_CACHE_MONITOR_USERFAULTFD;
 		}
 	}
-	if (!c->passthrough && attr->monitor == PDMA_CACHE_MONITOR_MEMHOOKS) {
+	/* The default falls back to memhooks where userfaultfd is refused
+	 * (seccomp, as Docker's default profile; unprivileged users). */
+	if (!c->passthrough && (attr->monitor == PDMA_CACHE_MONITOR_MEMHOOKS ||
+				(attr->monitor == PDMA_CACHE_MONITOR_DEFAULT && !c->uffd))) {
 		if (pdma_memhooks_monitor_start() == 0) {
 			c->memhooks = true;
 			c->st.monitor = PDMA_CACHE_MONITOR_MEMHOOKS;
@@ -361,7 +365,7 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 			pdma_uffd_monitor_stop();
 		if (c->memhooks)
 			pdma_memhooks_monitor_stop();
-		free(atomic_load(&c->ht));
+		pdma_cache_zfree(atomic_load(&c->ht), pdma_cache_htab_bytes(atomic_load(&c->ht)));
 		pthread_mutex_destroy(&c->slab_lock);
 		pthread_mutex_destroy(&c->lock);
 		free(c);

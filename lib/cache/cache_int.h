@@ -159,6 +159,13 @@ static inline size_t hash_start(const struct htab *t, uint64_t start)
 /* slab.c: entry memory (type-stable: unmapped only when the cache is freed). */
 struct entry *pdma_cache_slab_alloc(struct pdma_cache *c);
 void pdma_cache_slab_free(struct pdma_cache *c, struct entry *e);
+/* slab.c: zeroed mapped memory for writer-side arrays (never malloc: see
+ * slab.c); array_grow doubles an array of sz-byte elements, *cap counts
+ * elements. */
+void *pdma_cache_zalloc(size_t len);
+void pdma_cache_zfree(void *p, size_t len);
+int pdma_cache_array_grow(void **arr, size_t *cap, size_t min, size_t sz);
+size_t pdma_cache_htab_bytes(const struct htab *t);
 void pdma_cache_slab_destroy(struct pdma_cache *c);
 
 /* index.c: hash table on the start page, skip list by start, lookup. */

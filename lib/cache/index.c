@@ -9,9 +9,14 @@
 
 #include "cache/cache_int.h"
 
+size_t pdma_cache_htab_bytes(const struct htab *t)
+{
+	return sizeof(*t) + (t->mask + 1) * sizeof(t->b[0]);
+}
+
 struct htab *pdma_cache_htab_new(size_t nb)
 {
-	struct htab *t = calloc(1, sizeof(*t) + nb * sizeof(t->b[0]));
+	struct htab *t = pdma_cache_zalloc(sizeof(*t) + nb * sizeof(t->b[0]));
 	unsigned bits = 0;
 
 	if (!t)

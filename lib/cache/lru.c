@@ -64,15 +64,9 @@ static void heap_down(struct pdma_cache *c, size_t i)
 
 int pdma_cache_heap_push(struct pdma_cache *c, struct entry *e)
 {
-	if (c->heap_len == c->heap_cap) {
-		size_t n = c->heap_cap ? c->heap_cap * 2 : 64;
-		struct entry **h = realloc(c->heap, n * sizeof(*h));
-
-		if (!h)
-			return -ENOMEM;
-		c->heap = h;
-		c->heap_cap = n;
-	}
+	if (c->heap_len == c->heap_cap &&
+	    pdma_cache_array_grow((void **)&c->heap, &c->heap_cap, 64, sizeof(*c->heap)))
+		return -ENOMEM;
 	heap_set(c, c->heap_len++, e);
 	heap_up(c, c->heap_len - 1);
 	return 0;
@@ -122,15 +116,9 @@ size_t pdma_cache_evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops
 							     memory_order_acq_rel,
 							     memory_order_relaxed)) {
 			/* In use or another backend: set aside, keep looking. */
-			if (naside == cap) {
-				size_t n = cap ? cap * 2 : 16;
-				struct entry **a = realloc(aside, n * sizeof(*a));
-
-				if (!a)
-					break;
-				aside = a;
-				cap = n;
-			}
+			if (naside == cap &&
+			    pdma_cache_array_grow((void **)&aside, &cap, 512, sizeof(*aside)))
+				break;
 			aside[naside++] = e;
 			pdma_cache_heap_remove(c, e);
 			continue;
@@ -150,6 +138,6 @@ size_t pdma_cache_evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops
 			aside[i]->heap_idx = SIZE_MAX;
 		}
 	}
-	free(aside);
+	pdma_cache_zfree(aside, cap * sizeof(*aside));
 	return gotb;
 }

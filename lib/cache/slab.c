@@ -11,6 +11,51 @@
 #include <sys/mman.h>
 
 #include "cache/cache_int.h"
+#include "monitor/monitor.h"
+
+/* ---------------------------------------------------------------------------
+ * Writer-side arrays (hash tables, the LRU heap, eviction scratch): mapped,
+ * never from malloc. They are allocated under the cache lock, and a malloc or
+ * free there could trim the heap or unmap a chunk that an application
+ * registered, whose memhooks notification would then need the very lock this
+ * thread holds. Our own mappings are announced as ours (pdma_monitor_enter),
+ * so the hooks let them pass.
+ */
+void *pdma_cache_zalloc(size_t len)
+{
+	void *p;
+
+	pdma_monitor_enter();
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	pdma_monitor_leave();
+	return p == MAP_FAILED ? NULL : p;
+}
+
+void pdma_cache_zfree(void *p, size_t len)
+{
+	if (!p)
+		return;
+	pdma_monitor_enter();
+	munmap(p, len);
+	pdma_monitor_leave();
+}
+
+/* Grow an array of n elements of size sz to 2n (or min); *cap in elements. */
+int pdma_cache_array_grow(void **arr, size_t *cap, size_t min, size_t sz)
+{
+	size_t n = *cap ? *cap * 2 : min;
+	void *a = pdma_cache_zalloc(n * sz);
+
+	if (!a)
+		return -ENOMEM;
+	if (*arr) {
+		memcpy(a, *arr, *cap * sz);
+		pdma_cache_zfree(*arr, *cap * sz);
+	}
+	*arr = a;
+	*cap = n;
+	return 0;
+}
 
 /* ---------------------------------------------------------------------------
  * Entry slab.

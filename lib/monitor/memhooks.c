@@ -1,240 +1,347 @@
 // SPDX-License-Identifier: MIT
 /*
- * Host memory monitor through interposed calls (PEERDMA_MR_CACHE_MONITOR=
- * memhooks): munmap, mremap, madvise (MADV_DONTNEED, MADV_FREE, MADV_REMOVE),
- * brk and sbrk (shrinking) call pdma_monitor_notify(PDMA_HMEM_SYSTEM, ...)
- * BEFORE the memory goes, then the real function.
+ * Host memory monitor through patched C library entry points
+ * (PEERDMA_MR_CACHE_MONITOR=memhooks; the fallback when userfaultfd is not
+ * available, e.g. under Docker's default seccomp profile or as a non-root
+ * user): mmap(MAP_FIXED), munmap, mremap, madvise(MADV_DONTNEED, MADV_FREE,
+ * MADV_REMOVE), brk and sbrk (shrinking), shmat(SHM_REMAP) and shmdt call
+ * pdma_monitor_notify(PDMA_HMEM_SYSTEM, ...) BEFORE the memory goes, then make
+ * the system call themselves.
  *
- * How: when the first cache asks for it, the GOT/PLT slots that bind these
- * symbols in every loaded object (dl_iterate_phdr: JUMP_SLOT and GLOB_DAT
- * relocations) are rewritten to point here; dlopen is hooked the same way so
- * objects loaded later are patched too. The real functions are what normal
- * symbol lookup finds (dlsym(RTLD_DEFAULT)), so sanitizer interceptors stay in
- * the chain. Once installed the hooks stay (unpatching could race callers that
- * already loaded a slot); with no cache using them they only forward.
+ * Why the code and not the symbol bindings: the C library calls its own
+ * functions internally without going through any GOT slot (free() of an
+ * mmap'ed chunk calls __munmap, malloc trimming calls __sbrk and __madvise,
+ * thread stacks are unmapped by __munmap), so interposing the symbols misses
+ * exactly the unmaps an allocator makes. Like UCX's ucm "bistro" mode, the
+ * first bytes of each libc function are overwritten with a jump to the hook
+ * (movabs $hook, %r11; jmp *%r11: 13 bytes, inside every one of these
+ * functions, which are at least 33 bytes long); internal aliases (__munmap is
+ * munmap) share the code and are caught too. The hooks never call the
+ * original: they issue the system call with syscall(2) and keep glibc's
+ * __curbrk up to date themselves, so no instruction of the original needs to
+ * be relocated. The patch is written while other threads may run: the first
+ * two bytes become a jump-to-self while the rest is written, then the real
+ * first two bytes (a thread arriving meanwhile spins for a moment).
  *
- * Guarantee: synchronous: the invalidation is complete before the memory is
- * released, for every call that goes through a dynamic symbol binding.
- * Limits (why userfaultfd is the default): calls that do not go through a
- * GOT slot are not seen: the C library's internal unmaps (free() of an
- * mmap'ed chunk, malloc trimming, thread stacks), direct system calls, calls
- * inside a program that defines these symbols itself (sanitizer runtimes
- * linked into the program), and objects loaded by other means than dlopen.
- * Memory from malloc is therefore not safely cacheable under memhooks unless
- * the program keeps large chunks on the heap. Cost: one indirect call and a
- * flag test per hooked call; a notification (a lock per cache) per unmap.
+ * Guarantee: synchronous, for every change made through the C library (the
+ * program, any library, the allocator): the invalidation is complete before
+ * the system call is made. Limits, documented in README.md: raw system calls
+ * (syscall(2), inline assembly, statically linked runtimes such as Go's) and
+ * the dynamic loader's own unmaps (dlclose) are not seen; and allocators that
+ * unmap through raw system calls make the monitor unusable, so it refuses to
+ * start (-ENOTSUP) under ASan, TSan, MSan, HWASan, LSan and valgrind, whose
+ * allocators replace malloc. It needs a writable+executable mapping of libc's
+ * code for a moment (refused by some hardened kernels: -EACCES) and a dynamic
+ * libc (-ENOSYS in static programs). x86_64 only.
+ *
+ * Reentrancy: a hook that fires while the thread is already inside peerdma's
+ * invalidation (or inside a cache writer section: pdma_monitor_enter) skips
+ * the notification. That is sound because such code only maps and unmaps the
+ * library's own memory, never memory an application registered: cache writer
+ * sections do not call malloc or free (lib/cache/ allocates with mmap there).
+ * Once installed the patches stay (the library is made unloadable, see
+ * pin_self()); with no cache using them the hooks only make the system call.
+ * Cost: a TLS test and a flag test per call; a notification (a lock per cache)
+ * per unmap.
  */
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
 
 #include "monitor/monitor.h"
 
 static pthread_mutex_t mh_lock = PTHREAD_MUTEX_INITIALIZER;
 static int mh_refs;
-static bool mh_installed;
+static int mh_installed; /* 0 not tried, 1 installed, -errno failed */
 static atomic_int mh_active;
+static void **mh_curbrk; /* glibc's __curbrk: sbrk's idea of the break */
 
-static int (*real_munmap)(void *, size_t);
-static void *(*real_mremap)(void *, size_t, size_t, int, ...);
-static int (*real_madvise)(void *, size_t, int);
-static int (*real_brk)(void *);
-static void *(*real_sbrk)(intptr_t);
-static void *(*real_dlopen)(const char *, int);
+/* Initial-exec: a hook may run inside malloc, where the dynamic TLS model
+ * could call malloc to allocate the block. */
+static __thread int mh_depth __attribute__((tls_model("initial-exec")));
+
+void pdma_monitor_enter(void)
+{
+	mh_depth++;
+}
+
+void pdma_monitor_leave(void)
+{
+	mh_depth--;
+}
 
 static inline void mh_notify(const void *addr, size_t len)
 {
-	if (atomic_load_explicit(&mh_active, memory_order_acquire) && len)
-		pdma_monitor_notify(PDMA_HMEM_SYSTEM, (uint64_t)(uintptr_t)addr, len);
+	if (!atomic_load_explicit(&mh_active, memory_order_acquire) || !len || mh_depth)
+		return;
+	mh_depth++;
+	pdma_monitor_notify(PDMA_HMEM_SYSTEM, (uint64_t)(uintptr_t)addr, len);
+	mh_depth--;
+}
+
+static void *hook_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	if (flags & MAP_FIXED)
+		mh_notify(addr, len);
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
 static int hook_munmap(void *addr, size_t len)
 {
 	mh_notify(addr, len);
-	return real_munmap(addr, len);
+	return (int)syscall(SYS_munmap, addr, len);
 }
 
-static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
+/* mremap is variadic; on x86_64 the fifth argument is in r8 whether or not
+ * the caller passed one, and it is only read with MREMAP_FIXED. */
+static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
 {
-	void *new_addr = NULL;
-
-	if (flags & MREMAP_FIXED) {
-		va_list ap;
-
-		va_start(ap, flags);
-		new_addr = va_arg(ap, void *);
-		va_end(ap);
-	}
-	/* The old pages move or shrink: drop every registration of them (and of
-	 * whatever a fixed target replaces). */
+	/* The old pages move or shrink (or stay, when growing in place: a
+	 * needless invalidation, never a missed one). */
 	mh_notify(old, old_len);
-	if (flags & MREMAP_FIXED) {
+	if (flags & MREMAP_FIXED)
 		mh_notify(new_addr, new_len);
-		return real_mremap(old, old_len, new_len, flags, new_addr);
-	}
-	return real_mremap(old, old_len, new_len, flags);
+	return (void *)syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
 }
 
 static int hook_madvise(void *addr, size_t len, int advice)
 {
-	if (advice == MADV_DONTNEED || advice == MADV_REMOVE
+	switch (advice) {
+	case MADV_DONTNEED:
+	case MADV_REMOVE:
 #ifdef MADV_FREE
-	    || advice == MADV_FREE
+	case MADV_FREE:
 #endif
-	)
+#ifdef MADV_DONTNEED_LOCKED
+	case MADV_DONTNEED_LOCKED:
+#endif
 		mh_notify(addr, len);
-	return real_madvise(addr, len, advice);
+		break;
+	default:
+		break;
+	}
+	return (int)syscall(SYS_madvise, addr, len, advice);
+}
+
+/* brk(2) returns the new break, or the old one when it cannot move. */
+static void *raw_brk(void *addr)
+{
+	return (void *)syscall(SYS_brk, addr);
 }
 
 static int hook_brk(void *addr)
 {
-	char *cur = real_sbrk(0);
+	char *cur = *mh_curbrk ? *mh_curbrk : raw_brk(NULL);
 
-	if (cur != (void *)-1 && (char *)addr < cur)
+	if ((char *)addr < cur)
 		mh_notify(addr, (size_t)(cur - (char *)addr));
-	return real_brk(addr);
+	*mh_curbrk = raw_brk(addr);
+	if ((char *)*mh_curbrk < (char *)addr) {
+		errno = ENOMEM;
+		return -1;
+	}
+	return 0;
 }
 
+/* glibc's sbrk issues the brk system call inline, not through brk(). */
 static void *hook_sbrk(intptr_t incr)
 {
-	if (incr < 0) {
-		char *cur = real_sbrk(0);
+	char *old;
 
-		if (cur != (void *)-1)
-			mh_notify(cur + incr, (size_t)-incr);
+	if (!*mh_curbrk)
+		*mh_curbrk = raw_brk(NULL);
+	old = *mh_curbrk;
+	if (!incr)
+		return old;
+	if (incr > 0 ? (uintptr_t)old + (uintptr_t)incr < (uintptr_t)old
+		     : (uintptr_t)old < (uintptr_t)-incr) {
+		errno = ENOMEM;
+		return (void *)-1;
 	}
-	return real_sbrk(incr);
+	if (hook_brk(old + incr))
+		return (void *)-1;
+	return old;
 }
 
-static void mh_patch_all(void);
-
-static void *hook_dlopen(const char *file, int mode)
+static void *hook_shmat(int id, const void *addr, int flags)
 {
-	void *h = real_dlopen(file, mode);
+	if (addr && (flags & SHM_REMAP)) {
+		struct shmid_ds ds;
 
-	if (h) {
-		pthread_mutex_lock(&mh_lock);
-		mh_patch_all();
-		pthread_mutex_unlock(&mh_lock);
+		if (!syscall(SYS_shmctl, id, IPC_STAT, &ds))
+			mh_notify(addr, ds.shm_segsz);
 	}
-	return h;
+	return (void *)syscall(SYS_shmat, id, addr, flags);
+}
+
+/* The extent of the System V segment attached at addr: the run of mappings
+ * of /proc/self/maps that starts there with one device and inode. Read with
+ * a stack buffer (no malloc: this may run inside the allocator). */
+static size_t shm_extent(uintptr_t addr)
+{
+	char buf[4096];
+	size_t have = 0, len = 0;
+	unsigned long long want_ino = 0;
+	uintptr_t next = addr;
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	for (;;) {
+		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+		char *line = buf, *nl;
+
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		buf[have] = 0;
+		while ((nl = strchr(line, '\n'))) {
+			unsigned long long s, e, ino;
+			char dev[16];
+
+			*nl = 0;
+			if (sscanf(line, "%llx-%llx %*s %*s %15s %llu", &s, &e, dev, &ino) == 4 &&
+			    s == next && ino && (!len || ino == want_ino)) {
+				want_ino = ino;
+				len += e - s;
+				next = e;
+			} else if (len) {
+				close(fd);
+				return len;
+			}
+			line = nl + 1;
+		}
+		have = strlen(line);
+		memmove(buf, line, have);
+	}
+	close(fd);
+	return len;
+}
+
+static int hook_shmdt(const void *addr)
+{
+	mh_notify(addr, shm_extent((uintptr_t)addr));
+	return (int)syscall(SYS_shmdt, addr);
 }
 
 static const struct {
 	const char *name;
 	void *hook;
-	void **real;
 } mh_syms[] = {
-	{ "munmap", (void *)hook_munmap, (void **)&real_munmap },
-	{ "mremap", (void *)hook_mremap, (void **)&real_mremap },
-	{ "madvise", (void *)hook_madvise, (void **)&real_madvise },
-	{ "brk", (void *)hook_brk, (void **)&real_brk },
-	{ "sbrk", (void *)hook_sbrk, (void **)&real_sbrk },
-	{ "dlopen", (void *)hook_dlopen, (void **)&real_dlopen },
+	{ "mmap", (void *)hook_mmap },	   { "munmap", (void *)hook_munmap },
+	{ "mremap", (void *)hook_mremap }, { "madvise", (void *)hook_madvise },
+	{ "brk", (void *)hook_brk },	   { "sbrk", (void *)hook_sbrk },
+	{ "shmat", (void *)hook_shmat },   { "shmdt", (void *)hook_shmdt },
 };
 #define MH_NSYMS (sizeof(mh_syms) / sizeof(mh_syms[0]))
+#define MH_PATCH 13
 
-static void mh_write_slot(void **slot, void *val, uintptr_t relro_lo, uintptr_t relro_hi)
+static void mh_code(uint8_t *code, const void *hook)
+{
+	uint64_t a = (uint64_t)(uintptr_t)hook;
+
+	code[0] = 0x49; /* movabs $hook, %r11 */
+	code[1] = 0xbb;
+	memcpy(code + 2, &a, 8);
+	code[10] = 0x41; /* jmp *%r11 */
+	code[11] = 0xff;
+	code[12] = 0xe3;
+}
+
+static int mh_patch(uint8_t *fn, const void *hook)
 {
 	long pg = sysconf(_SC_PAGESIZE);
-	uintptr_t page = (uintptr_t)slot & ~(uintptr_t)(pg - 1);
-	bool ro = (uintptr_t)slot >= relro_lo && (uintptr_t)slot < relro_hi;
+	uintptr_t lo = (uintptr_t)fn & ~(uintptr_t)(pg - 1);
+	size_t span = ((uintptr_t)fn + MH_PATCH - lo + (size_t)pg - 1) & ~(size_t)(pg - 1);
+	uint8_t code[MH_PATCH];
+	uint16_t head;
 
-	if (*slot == val)
-		return;
-	if (ro && mprotect((void *)page, (size_t)pg, PROT_READ | PROT_WRITE))
-		return;
-	__atomic_store_n(slot, val, __ATOMIC_RELEASE);
-	if (ro)
-		mprotect((void *)page, (size_t)pg, PROT_READ);
-}
-
-/* cppcheck does not know glibc's ElfW() (link.h): the types are right here. */
-// cppcheck-suppress unknownMacro
-static void mh_patch_relocs(ElfW(Addr) base, const ElfW(Rela) *rel, size_t n,
-			    const ElfW(Sym) *symtab, const char *strtab, uintptr_t relro_lo,
-			    uintptr_t relro_hi)
-{
-	for (size_t i = 0; i < n; i++) {
-		unsigned long type = ELF64_R_TYPE(rel[i].r_info);
-		const char *name;
-
-		if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT)
-			continue;
-		name = strtab + symtab[ELF64_R_SYM(rel[i].r_info)].st_name;
-		for (size_t k = 0; k < MH_NSYMS; k++) {
-			if (!strcmp(name, mh_syms[k].name)) {
-				mh_write_slot((void **)(base + rel[i].r_offset), mh_syms[k].hook,
-					      relro_lo, relro_hi);
-				break;
-			}
-		}
-	}
-}
-
-static int mh_patch_object(struct dl_phdr_info *info, size_t size, void *arg)
-{
-	ElfW(Addr) base = info->dlpi_addr;
-	const ElfW(Dyn) *dyn = NULL;
-	const ElfW(Rela) *jmprel = NULL, *rela = NULL;
-	const ElfW(Sym) *symtab = NULL;
-	const char *strtab = NULL;
-	size_t pltrelsz = 0, relasz = 0;
-	uintptr_t relro_lo = 0, relro_hi = 0;
-
-	(void)size, (void)arg;
-	if (info->dlpi_name && (strstr(info->dlpi_name, "linux-vdso") ||
-				strstr(info->dlpi_name, "ld-linux")))
-		return 0;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-
-		if (ph->p_type == PT_DYNAMIC)
-			dyn = (const ElfW(Dyn) *)(base + ph->p_vaddr);
-		else if (ph->p_type == PT_GNU_RELRO) {
-			relro_lo = base + ph->p_vaddr;
-			relro_hi = relro_lo + ph->p_memsz;
-		}
-	}
-	if (!dyn)
-		return 0;
-	for (; dyn->d_tag != DT_NULL; dyn++) {
-		/* glibc relocates these in place; some objects (vdso) do not */
-		ElfW(Addr) p = dyn->d_un.d_ptr < base ? dyn->d_un.d_ptr + base : dyn->d_un.d_ptr;
-
-		switch (dyn->d_tag) {
-		case DT_JMPREL: jmprel = (const ElfW(Rela) *)p; break;
-		case DT_PLTRELSZ: pltrelsz = dyn->d_un.d_val; break;
-		case DT_RELA: rela = (const ElfW(Rela) *)p; break;
-		case DT_RELASZ: relasz = dyn->d_un.d_val; break;
-		case DT_SYMTAB: symtab = (const ElfW(Sym) *)p; break;
-		case DT_STRTAB: strtab = (const char *)p; break;
-		default: break;
-		}
-	}
-	if (!symtab || !strtab)
-		return 0;
-	if (jmprel)
-		mh_patch_relocs(base, jmprel, pltrelsz / sizeof(*jmprel), symtab, strtab, relro_lo,
-				relro_hi);
-	if (rela)
-		mh_patch_relocs(base, rela, relasz / sizeof(*rela), symtab, strtab, relro_lo,
-				relro_hi);
+	mh_code(code, hook);
+	if (!memcmp(fn, code, MH_PATCH))
+		return 0; /* an alias already patched (mmap64 is mmap) */
+	if (mprotect((void *)lo, span, PROT_READ | PROT_WRITE | PROT_EXEC))
+		return -errno;
+	memcpy(&head, code, 2);
+	__atomic_store_n((uint16_t *)fn, (uint16_t)0xfeeb, __ATOMIC_SEQ_CST); /* jmp . */
+	memcpy(fn + 2, code + 2, MH_PATCH - 2);
+	__atomic_store_n((uint16_t *)fn, head, __ATOMIC_SEQ_CST);
+	__builtin___clear_cache((char *)fn, (char *)fn + MH_PATCH);
+	mprotect((void *)lo, span, PROT_READ | PROT_EXEC);
 	return 0;
 }
 
-static void mh_patch_all(void)
+/* A runtime that replaces malloc with an allocator unmapping through raw
+ * system calls: the hooks would miss its frees. */
+static bool foreign_allocator(void)
 {
-	dl_iterate_phdr(mh_patch_object, NULL);
+	static const char *const rt[] = { "__asan_init", "__tsan_init", "__msan_init",
+					  "__hwasan_init", "__lsan_init" };
+	const char *pre = getenv("LD_PRELOAD");
+
+	for (size_t i = 0; i < sizeof(rt) / sizeof(rt[0]); i++)
+		if (dlsym(RTLD_DEFAULT, rt[i]))
+			return true;
+	return pre && strstr(pre, "vgpreload");
+}
+
+/* The hooks live in this object: it must never be unloaded while libc jumps
+ * into it. */
+static void pin_self(void)
+{
+	Dl_info info;
+
+	if (dladdr((void *)hook_munmap, &info) && info.dli_fname)
+		dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
+static int mh_install(void)
+{
+	void *libc, *fn[MH_NSYMS];
+
+	if (foreign_allocator())
+		return -ENOTSUP;
+	libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+	if (!libc)
+		return -ENOSYS;
+	mh_curbrk = dlsym(libc, "__curbrk");
+	for (size_t k = 0; k < MH_NSYMS; k++) {
+		const ElfW(Sym) *sym = NULL;
+		Dl_info info;
+
+		fn[k] = dlsym(libc, mh_syms[k].name);
+		/* Every function must be long enough for the patch. */
+		if (!fn[k] || !dladdr1(fn[k], &info, (void **)&sym, RTLD_DL_SYMENT) || !sym ||
+		    sym->st_size < MH_PATCH) {
+			dlclose(libc);
+			return -ENOSYS;
+		}
+	}
+	dlclose(libc);
+	if (!mh_curbrk)
+		return -ENOSYS;
+	pin_self();
+	for (size_t k = 0; k < MH_NSYMS; k++) {
+		int ret = mh_patch(fn[k], mh_syms[k].hook);
+
+		/* A partial install is still sound for what it patched, but the
+		 * cache must not rely on it: report the failure. */
+		if (ret)
+			return ret;
+	}
+	return 1;
 }
 
 int pdma_memhooks_monitor_start(void)
@@ -242,16 +349,11 @@ int pdma_memhooks_monitor_start(void)
 	int ret = 0;
 
 	pthread_mutex_lock(&mh_lock);
-	if (!mh_installed) {
-		for (size_t k = 0; k < MH_NSYMS; k++) {
-			*mh_syms[k].real = dlsym(RTLD_DEFAULT, mh_syms[k].name);
-			if (!*mh_syms[k].real || *mh_syms[k].real == mh_syms[k].hook) {
-				ret = -ENOSYS;
-				goto out;
-			}
-		}
-		mh_patch_all();
-		mh_installed = true;
+	if (!mh_installed)
+		mh_installed = mh_install();
+	if (mh_installed < 0) {
+		ret = mh_installed;
+		goto out;
 	}
 	if (mh_refs++ == 0)
 		atomic_store_explicit(&mh_active, 1, memory_order_release);

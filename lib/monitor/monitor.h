@@ -36,9 +36,16 @@ void pdma_uffd_monitor_stop(void);
 /* Watch a page-aligned host range; -errno if it cannot be watched (the
  * cache then does not index the region). */
 int pdma_uffd_monitor_watch(uint64_t start, size_t len);
-/* memhooks: -ENOSYS if the symbols cannot be found (nothing installed). */
+/* memhooks: -ENOSYS if libc's functions cannot be found or patched (static
+ * program), -ENOTSUP under a runtime whose allocator unmaps behind the hooks
+ * (sanitizers, valgrind), -EACCES if libc's code cannot be made writable. */
 int pdma_memhooks_monitor_start(void);
 void pdma_memhooks_monitor_stop(void);
+/* Between enter and leave the calling thread maps and unmaps only peerdma's
+ * own memory: the memhooks monitor does not report those calls (it could not:
+ * the thread may hold a cache lock). Nests. */
+void pdma_monitor_enter(void);
+void pdma_monitor_leave(void);
 /* Odd while the monitor thread is between reading events and finishing their
  * invalidation: a lookup that sees it odd waits, so an munmap that returned
  * (the kernel waits until its event is read) can never be followed by a hit

@@ -12,6 +12,9 @@
  * monitor thread has read the event, and the monitor marks pdma_uffd_seq odd
  * before it reads and even once the invalidations are done: a lookup waits
  * while it is odd, so after munmap() returns no lookup can hit the old pages.
+ * Needs the full userfaultfd (root, CAP_SYS_PTRACE, or
+ * vm.unprivileged_userfaultfd=1): the user-mode-only kind would make the
+ * kernel's own faults on watched pages fail (see start()).
  * Limits: only anonymous, shmem and hugetlbfs mappings can be watched (a
  * region elsewhere, e.g. a file mapping, is handed out uncached); a range
  * watched by another userfaultfd (another library) cannot be watched.
@@ -129,11 +132,15 @@ int pdma_uffd_monitor_start(void)
 	pthread_mutex_lock(&uffd_lock);
 	if (uffd_refs++ > 0)
 		goto out;
-#ifdef UFFD_USER_MODE_ONLY
-	fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
-	if (fd < 0)
-#endif
-		fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	/* Not UFFD_USER_MODE_ONLY (all an unprivileged process gets under
+	 * vm.unprivileged_userfaultfd=0): with it, a fault the kernel takes on
+	 * a watched page that is not present (read() or recv() into a buffer
+	 * after madvise(MADV_DONTNEED), mlock or pin_user_pages of a range that
+	 * mremap grew) fails with EFAULT instead of reaching the monitor
+	 * thread. A monitor must never make the application's system calls
+	 * fail, so without the full mode there is no userfaultfd monitor and
+	 * the cache falls back to memhooks. */
+	fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		ret = -errno;
 		goto fail;

@@ -41,6 +41,22 @@ static bool asan(void)
 #endif
 }
 
+/* Built with a sanitizer whose allocator replaces malloc (ASan, TSan). */
+static bool sanitized(void)
+{
+#if defined(PDMA_TEST_ASAN) || defined(__SANITIZE_THREAD__)
+	return true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+	return true;
+#else
+	return false;
+#endif
+#else
+	return false;
+#endif
+}
+
 static struct pdma_cache *open_host_cache(size_t max_count)
 {
 	struct pdma_cache_attr a;
@@ -282,6 +298,14 @@ static struct pdma_cache *open_memhooks_cache(void)
 	a.monitor = PDMA_CACHE_MONITOR_MEMHOOKS;
 	assert_int_equal(pdma_cache_open(&a, &c), 0);
 	pdma_cache_get_stats(c, &s);
+	if (s.monitor != PDMA_CACHE_MONITOR_MEMHOOKS && (sanitized() || under_valgrind())) {
+		/* The documented refusal: these runtimes' allocators unmap
+		 * through raw system calls the hooks cannot see. */
+		assert_int_equal(s.mode[PDMA_HMEM_SYSTEM], PDMA_CACHE_MODE_OFF);
+		pdma_cache_close(c);
+		print_message("memhooks refuses to run under a sanitizer or valgrind\n");
+		skip();
+	}
 	assert_int_equal(s.monitor, PDMA_CACHE_MONITOR_MEMHOOKS);
 	assert_int_equal(s.mode[PDMA_HMEM_SYSTEM], PDMA_CACHE_MODE_TRUST);
 	return c;
@@ -307,14 +331,6 @@ static void test_memhooks_events(void **state)
 
 	assert_int_equal(madvise(p + pg, pg, MADV_DONTNEED), 0);
 	pdma_cache_get_stats(c, &s);
-	if (s.invalidations == 0) {
-		pdma_cache_put(c, a);
-		pdma_cache_close(c);
-		munmap(p, 16 * pg);
-		print_message("memhooks cannot hook this program's own calls (sanitizer "
-			      "interceptors define them in the program)\n");
-		skip();
-	}
 	assert_int_equal(s.invalidations, 1); /* done before madvise returned */
 	assert_false(atomic_load(&a->valid));
 	pdma_cache_put(c, a);
@@ -335,15 +351,6 @@ static void test_memhooks_events(void **state)
 	pdma_cache_put(c, x);
 	assert_int_equal(munmap(p + 13 * pg, pg), 0);
 	pdma_cache_get_stats(c, &s);
-	if (s.invalidations == 2) {
-		/* TSan defines munmap inside the program: not hookable. */
-		pdma_cache_flush(c);
-		munmap(p, 16 * pg);
-		munmap(q, 4 * pg);
-		pdma_cache_close(c);
-		print_message("memhooks cannot hook this program's own munmap\n");
-		skip();
-	}
 	assert_int_equal(s.invalidations, 3);
 	assert_int_equal(s.count, 0);
 	assert_int_equal(nolock_live, 0);
@@ -375,11 +382,6 @@ static void test_stale_host_memhooks(void **state)
 		pdma_cache_put(c, r);
 		assert_int_equal(munmap(p, len), 0);
 		pdma_cache_get_stats(c, &s);
-		if (i == 0 && s.invalidations == 0) {
-			pdma_cache_close(c);
-			print_message("memhooks cannot hook this program's own calls\n");
-			skip();
-		}
 		assert_int_equal(s.invalidations, (uint64_t)i + 1);
 	}
 	assert_true(same >= rounds / 2);
