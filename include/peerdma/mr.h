@@ -95,7 +95,8 @@ struct pdma_domain_attr {
  * PEERDMA_MR_CACHE_MONITOR=kernel|userfaultfd|memhooks|disabled). Default:
  * "kernel" when the domain has a kernel_device whose module counts
  * revocations (ABI 1.2, PEERDMA_CAP_REVOKE_COUNT), else "userfaultfd" if the
- * kernel allows it, else host memory is not cached.
+ * kernel allows it, else "memhooks" if libc's entry points can be patched,
+ * else host memory is not cached.
  *
  * The kernel monitor's guarantee: every cached host registration is a pin of
  * peerdma.ko's, watched by an MMU notifier on its pages. Any change of the

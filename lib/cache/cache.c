@@ -341,7 +341,8 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 	/* The default falls back to memhooks where userfaultfd is refused
 	 * (seccomp, as Docker's default profile; unprivileged users). */
 	if (!c->passthrough && (attr->monitor == PDMA_CACHE_MONITOR_MEMHOOKS ||
-				(attr->monitor == PDMA_CACHE_MONITOR_DEFAULT && !c->uffd))) {
+				(attr->monitor == PDMA_CACHE_MONITOR_DEFAULT && !c->uffd &&
+				 !c->kdev))) {
 		if (pdma_memhooks_monitor_start() == 0) {
 			c->memhooks = true;
 			c->st.monitor = PDMA_CACHE_MONITOR_MEMHOOKS;

@@ -30,7 +30,8 @@ struct pdma_cache;
  * host memory was unmapped or remapped. Without one, host memory is not cached. */
 enum pdma_cache_monitor {
 	PDMA_CACHE_MONITOR_DEFAULT = 0,   /* kernel if attr.kdev can be a monitor, else
-					   * userfaultfd if the kernel allows it, else disabled */
+					   * userfaultfd if the kernel allows it, else
+					   * memhooks if it can patch libc, else disabled */
 	PDMA_CACHE_MONITOR_DISABLED,      /* host memory is never cached */
 	PDMA_CACHE_MONITOR_USERFAULTFD,   /* kernel unmap/remap/remove events (lib/monitor/uffd.c) */
 	PDMA_CACHE_MONITOR_MEMHOOKS,      /* interposed munmap/mremap/madvise/brk/sbrk

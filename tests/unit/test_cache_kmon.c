@@ -3,7 +3,7 @@
  * The kernel monitor's selection (lib/cache/cache.c), where no peerdma.ko can
  * be loaded: asked for by name or from the environment, it needs a kernel
  * device that counts revocations; without one host memory is not cached under
- * it, and the default falls back to userfaultfd. The monitor itself (the
+ * it, and the default falls back to userfaultfd (or memhooks). The monitor itself (the
  * counter page, synchronous invalidation, 0 stale registrations over
  * thousands of rounds) is tested against the real module in the QEMU guest:
  * tests/vm/guest_kdev.c and tests/vm/pdtest/counters.c.
@@ -68,6 +68,7 @@ static void test_default_without_kdev(void **state)
 	(void)state;
 	assert_int_not_equal(s.monitor, PDMA_CACHE_MONITOR_KERNEL);
 	assert_true(s.monitor == PDMA_CACHE_MONITOR_USERFAULTFD ||
+		    s.monitor == PDMA_CACHE_MONITOR_MEMHOOKS ||
 		    s.monitor == PDMA_CACHE_MONITOR_DISABLED);
 	pdma_cache_close(c);
 }
