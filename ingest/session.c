@@ -389,6 +389,7 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 		json_object_set_new(j, "reordered", json_integer((json_int_t)s.reordered));
 		json_object_set_new(j, "late", json_integer((json_int_t)s.late));
 		json_object_set_new(j, "malformed", json_integer((json_int_t)s.malformed));
+		json_object_set_new(j, "class_mismatch", json_integer((json_int_t)s.class_mismatch));
 		json_object_set_new(j, "context", json_integer((json_int_t)s.context));
 		json_object_set_new(j, "count_errors", json_integer((json_int_t)s.count_errors));
 		json_object_set_new(j, "lost_by_4bit_count", json_integer((json_int_t)s.lost_count4));

@@ -4,6 +4,8 @@
  * (no GPU needed), each next to its ceiling measured in the same run:
  *   reg   registration + close cost (host 4 KiB..16 MiB, sim GPU 64 KiB..16 MiB),
  *         and the cached re-registration of the same buffer (use_cache domain);
+ *         then the cached host registration (hit and miss) under each host
+ *         monitor, userfaultfd and memhooks;
  *   dma   transfers through the simulated DMA device by key vs plain memcpy of
  *         the same sizes (the copy is the device's physical limit here).
  * Prints a table; --json FILE writes the rows. The full benchmarks (UCX
@@ -21,6 +23,7 @@
 #include "cmd.h"
 #include "peerdma/mr.h"
 #include "mem/sim.h"
+#include "opt.h"
 
 #define RW (PDMA_READ | PDMA_WRITE | PDMA_REMOTE_READ | PDMA_REMOTE_WRITE)
 
@@ -115,6 +118,101 @@ out_sim:
 	return ret;
 }
 
+/*
+ * The cached host registration under each host monitor, in one run: a hit
+ * (reg+close of a buffer already cached) and a miss (first registration of a
+ * fresh mapping: pin, watch, index). The monitor is chosen the way a user
+ * chooses it, with PEERDMA_MR_CACHE_MONITOR, and the one the cache actually
+ * runs is printed (userfaultfd may be refused, memhooks under sanitizers).
+ */
+static int bench_reg_monitors(json_t *rows, int iters)
+{
+	static const char *const mons[] = { "userfaultfd", "memhooks" };
+	const size_t len = 1u << 16;
+	const char *saved = getenv("PEERDMA_MR_CACHE_MONITOR");
+	char *keep = saved ? strdup(saved) : NULL;
+	int ret = 0, nmiss = iters < 2000 ? iters : 2000;
+
+	printf("\n  %-28s %-12s %9s %12s\n", "host registration, cached", "monitor", "size",
+	       "ns/op");
+	for (size_t m = 0; m < sizeof(mons) / sizeof(mons[0]) && !ret; m++) {
+		struct pdma_domain_attr da;
+		struct pdma_domain *d;
+		char **bufs = calloc((size_t)nmiss, sizeof(*bufs));
+		char test[64];
+		const char *runs;
+		double t0, hit, miss;
+
+		setenv("PEERDMA_MR_CACHE_MONITOR", mons[m], 1);
+		pdma_domain_attr_init(&da);
+		da.use_cache = 1;
+		ret = bufs ? pdma_domain_open(&da, &d) : -ENOMEM;
+		if (ret) {
+			free(bufs);
+			break;
+		}
+		runs = pdma_domain_cache_monitor(d);
+		for (int i = 0; i < nmiss; i++) {
+			bufs[i] = mmap(NULL, len, PROT_READ | PROT_WRITE,
+				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (bufs[i] == MAP_FAILED) {
+				bufs[i] = NULL;
+				ret = -ENOMEM;
+				break;
+			}
+			memset(bufs[i], 1, len);
+		}
+		t0 = now_ns();
+		for (int i = 0; i < nmiss && !ret; i++) {
+			struct iovec iov = { bufs[i], len };
+			struct pdma_mr_attr a = { .mr_iov = &iov, .iov_count = 1, .access = RW };
+			struct pdma_mr *mr;
+
+			ret = pdma_mr_regattr(d, &a, 0, &mr);
+			if (!ret)
+				ret = pdma_mr_close(mr);
+		}
+		miss = (now_ns() - t0) / nmiss;
+		t0 = now_ns();
+		for (int n = 0; n < iters && !ret; n++) {
+			struct iovec iov = { bufs[0], len };
+			struct pdma_mr_attr a = { .mr_iov = &iov, .iov_count = 1, .access = RW };
+			struct pdma_mr *mr;
+
+			ret = pdma_mr_regattr(d, &a, 0, &mr);
+			if (!ret)
+				ret = pdma_mr_close(mr);
+		}
+		hit = (now_ns() - t0) / iters;
+		if (!ret) {
+			snprintf(test, sizeof(test), "hit, asked %s", mons[m]);
+			printf("  %-28s %-12s %9s %12.0f\n", test, runs, "64 KiB", hit);
+			json_array_append_new(rows, json_pack("{s:s,s:s,s:s,s:I,s:f}", "test",
+							      "reg+close (cache hit)", "memory",
+							      "host", "monitor", runs, "bytes",
+							      (json_int_t)len, "ns", hit));
+			snprintf(test, sizeof(test), "miss, asked %s", mons[m]);
+			printf("  %-28s %-12s %9s %12.0f\n", test, runs, "64 KiB", miss);
+			json_array_append_new(rows, json_pack("{s:s,s:s,s:s,s:I,s:f}", "test",
+							      "reg+close (cache miss)", "memory",
+							      "host", "monitor", runs, "bytes",
+							      (json_int_t)len, "ns", miss));
+		}
+		pdma_domain_close(d);
+		for (int i = 0; i < nmiss; i++)
+			if (bufs[i])
+				munmap(bufs[i], len);
+		free(bufs);
+	}
+	if (keep) {
+		setenv("PEERDMA_MR_CACHE_MONITOR", keep, 1);
+		free(keep);
+	} else {
+		unsetenv("PEERDMA_MR_CACHE_MONITOR");
+	}
+	return ret;
+}
+
 /* Device transfers by key vs memcpy of the same bytes. */
 static int bench_dma(json_t *rows, int iters)
 {
@@ -190,7 +288,13 @@ out_src:
 	return ret;
 }
 
-int pdma_cmd_bench(int argc, char **argv)
+struct bench_args {
+	const char *json_path, *which;
+	uint32_t iters;
+};
+
+/* Parse and check: 0 to run, 1 after --help, 2 after a one-line error. */
+static int bench_parse(int argc, char **argv, struct bench_args *a)
 {
 	static const struct option opts[] = {
 		{ "json", required_argument, NULL, 'j' },
@@ -198,44 +302,64 @@ int pdma_cmd_bench(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *json_path = NULL, *which = "all";
-	json_t *rows = json_array();
-	int c, iters = 200, ret = 0;
-	char *end;
+	struct pdma_opt o;
+	int c;
 
-	while ((c = getopt_long(argc, argv, "j:n:h", opts, NULL)) != -1) {
+	a->json_path = NULL;
+	a->which = "all";
+	a->iters = 200;
+	pdma_opt_init(&o, "peerdma bench", opts, "j:n:h");
+	while ((c = pdma_opt_next(&o, argc, argv)) != -1) {
+		int bad = 0;
+
 		switch (c) {
-		case 'j':
-			json_path = optarg;
-			break;
-		case 'n':
-			iters = (int)strtol(optarg, &end, 10);
-			if (*end || iters < 1 || iters > 1000000) {
-				fprintf(stderr, "peerdma bench: --iters wants 1..1000000\n");
-				json_decref(rows);
-				return 2;
-			}
-			break;
+		case 'j': bad = pdma_opt_str(&o, &a->json_path); break;
+		case 'n': bad = pdma_opt_u32(&o, 1, 1000000, &a->iters); break;
 		case 'h':
 			printf("usage: peerdma bench [reg|dma|all] [--iters N] [--json FILE]\n\n"
 			       "  reg  registration + close cost, host and sim GPU, with and without "
-			       "the cache\n  dma  sim DMA device transfers by key vs memcpy (ceiling)\n");
-			json_decref(rows);
-			return 0;
+			       "the cache\n  dma  sim DMA device transfers by key vs memcpy (ceiling)\n"
+			       "  -n, --iters N   repetitions, 1..1000000 (default 200)\n"
+			       "  -j, --json FILE write the rows as JSON\n");
+			return 1;
 		default:
-			json_decref(rows);
-			return 2;
+			return 2; /* getopt_long said why, in one line */
 		}
+		if (bad)
+			return 2;
 	}
 	if (optind < argc)
-		which = argv[optind++];
-	if (optind < argc || (strcmp(which, "reg") && strcmp(which, "dma") && strcmp(which, "all"))) {
-		fprintf(stderr, "peerdma bench: unknown benchmark '%s' (reg, dma, all)\n", which);
-		json_decref(rows);
-		return 2;
-	}
+		a->which = argv[optind++];
+	if (optind < argc)
+		return pdma_opt_fail(&o, "unexpected argument '%s'", argv[optind]);
+	if (strcmp(a->which, "reg") && strcmp(a->which, "dma") && strcmp(a->which, "all"))
+		return pdma_opt_fail(&o, "unknown benchmark '%s' (reg, dma, all)", a->which);
+	return 0;
+}
+
+int pdma_cmd_bench_check(int argc, char **argv)
+{
+	struct bench_args a;
+
+	return bench_parse(argc, argv, &a) == 2 ? 2 : 0;
+}
+
+int pdma_cmd_bench(int argc, char **argv)
+{
+	struct bench_args a;
+	json_t *rows;
+	int ret = bench_parse(argc, argv, &a);
+
+	if (ret)
+		return ret == 1 ? 0 : 2;
+	const char *json_path = a.json_path, *which = a.which;
+	int iters = (int)a.iters;
+
+	rows = json_array();
 	if (!strcmp(which, "reg") || !strcmp(which, "all"))
 		ret = bench_reg(rows, iters);
+	if (!ret && (!strcmp(which, "reg") || !strcmp(which, "all")))
+		ret = bench_reg_monitors(rows, iters);
 	if (!ret && (!strcmp(which, "dma") || !strcmp(which, "all")))
 		ret = bench_dma(rows, iters);
 	if (ret)

@@ -14,6 +14,7 @@
 #include "cmd.h"
 #include "peerdma/mr.h"
 #include "mem/sim.h"
+#include "opt.h"
 #ifdef PDMA_HAVE_INGEST_DEMO
 #include "loopback/demo.h"
 #endif
@@ -149,28 +150,40 @@ out_sim:
 	return ret;
 }
 
-int pdma_cmd_demo(int argc, char **argv)
+/* Parse: 0 to run, 1 after --help, 2 after a one-line error. */
+static int demo_parse(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct demo dm = { 0 };
-	int c, ret;
+	struct pdma_opt o;
+	int c;
 
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c == 'h') {
-			printf("usage: peerdma demo\n\nRuns registration, DMA and revocation on the "
-			       "simulated GPU, then the VITA-49\ndata path on loopback. Exit 0 when "
-			       "every step did what it should.\n");
-			return 0;
-		}
-		return 2;
+	pdma_opt_init(&o, "peerdma demo", opts, "h");
+	while ((c = pdma_opt_next(&o, argc, argv)) != -1) {
+		if (c != 'h')
+			return 2; /* getopt_long said why, in one line */
+		printf("usage: peerdma demo\n\nRuns registration, DMA and revocation on the "
+		       "simulated GPU, then the VITA-49\ndata path on loopback. Exit 0 when "
+		       "every step did what it should.\n");
+		return 1;
 	}
-	if (optind != argc) {
-		fprintf(stderr, "peerdma demo: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
+	return pdma_opt_end(&o, argc, argv);
+}
+
+int pdma_cmd_demo_check(int argc, char **argv)
+{
+	return demo_parse(argc, argv) == 2 ? 2 : 0;
+}
+
+int pdma_cmd_demo(int argc, char **argv)
+{
+	struct demo dm = { 0 };
+	int ret = demo_parse(argc, argv);
+
+	if (ret)
+		return ret == 1 ? 0 : 2;
 	ret = run_registration(&dm);
 	if (ret) {
 		fprintf(stderr, "peerdma demo: setup failed: %s\n", pdma_strerror(ret));

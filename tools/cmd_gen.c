@@ -9,6 +9,7 @@
 
 #include "cmd.h"
 #include "gen/gen.h"
+#include "opt.h"
 
 static void usage(FILE *f)
 {
@@ -21,8 +22,9 @@ static void usage(FILE *f)
 		"  -p, --port N           destination UDP port (default 4991)\n"
 		"  -s, --streams N        number of streams (default 4)\n"
 		"      --stream-id N      first stream ID (default 0x1000)\n"
-		"  -S, --packet-size B    VRT packet bytes, multiple of 4 (default 1024)\n"
-		"  -n, --packets N        data packets per stream (default 1000)\n"
+		"  -S, --packet-size B    VRT packet bytes, multiple of 4, at most 65504 (the UDP/IPv4\n"
+		"                         limit; default 1024)\n"
+		"  -n, --packets N        data packets per stream, 1..2^48 (default 1000)\n"
 		"  -r, --rate PPS         total packets per second, 0 = unpaced (default 0)\n"
 		"  -t, --threads N        sender threads (default 1, at most one per stream): thread i\n"
 		"                         sends streams i, i+N, ... on their own sockets, at its share\n"
@@ -42,15 +44,16 @@ static void usage(FILE *f)
 		"  -h, --help\n");
 }
 
-static int num(const char *s, unsigned long long max, unsigned long long *v)
-{
-	char *e;
-	errno = 0;
-	*v = strtoull(s, &e, 0);
-	return (errno || *e || !*s || *v > max) ? -1 : 0;
-}
+struct gen_args {
+	struct pdma_gen_config c;
+	struct pdma_gen_send_opts so;
+	const char *pcap;
+	bool pcap_only, json;
+};
 
-int pdma_cmd_gen(int argc, char **argv)
+/* Parse and check everything that can be checked before sending: 0 to run,
+ * 1 after --help, 2 after a one-line error. */
+static int gen_parse(int argc, char **argv, struct gen_args *a)
 {
 	static const struct option opts[] = {
 		{ "host", required_argument, NULL, 'H' },
@@ -75,73 +78,101 @@ int pdma_cmd_gen(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	struct pdma_gen_config c;
-	struct pdma_gen_send_opts so = { .host = "127.0.0.1", .port = 4991 };
-	const char *pcap = NULL;
-	bool pcap_only = false, json = false;
-	unsigned long long v;
-	int opt, ret;
+	struct pdma_gen_config *c = &a->c;
+	struct pdma_opt o;
+	uint32_t port;
+	int opt;
 
-	pdma_gen_config_default(&c);
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "H:p:s:S:n:r:t:w:jh", opts, NULL)) != -1) {
-		const char *bad = NULL;
+	memset(a, 0, sizeof(*a));
+	pdma_gen_config_default(c);
+	a->so.host = "127.0.0.1";
+	a->so.port = 4991;
+	pdma_opt_init(&o, "peerdma gen", opts, "H:p:s:S:n:r:t:w:jh");
+	while ((opt = pdma_opt_next(&o, argc, argv)) != -1) {
+		int bad = 0; /* flags leave it 0 */
+
 		switch (opt) {
-		case 'H': so.host = optarg; break;
-		case 'p': if (num(optarg, 65535, &v) || !v) bad = "--port"; else so.port = (uint16_t)v; break;
-		case 's': if (num(optarg, 65535, &v) || !v) bad = "--streams"; else c.streams = (uint32_t)v; break;
-		case 'I': if (num(optarg, UINT32_MAX, &v)) bad = "--stream-id"; else c.stream_id_base = (uint32_t)v; break;
-		case 'S': if (num(optarg, 65535 * 4, &v) || v % 4) bad = "--packet-size"; else c.packet_size = (uint32_t)v; break;
-		case 'n': if (num(optarg, UINT64_MAX, &v) || !v) bad = "--packets"; else c.packets = v; break;
-		case 'r': {
-			char *e;
-			so.rate_pps = strtod(optarg, &e);
-			if (*e || so.rate_pps < 0)
-				bad = "--rate";
+		case 'H': bad = pdma_opt_ipv4(&o, &a->so.host); break;
+		case 'p':
+			bad = pdma_opt_u32(&o, 1, 65535, &port);
+			if (!bad)
+				a->so.port = (uint16_t)port;
+			break;
+		case 's': bad = pdma_opt_u32(&o, 1, 65535, &c->streams); break;
+		case 'I': bad = pdma_opt_u32(&o, 0, UINT32_MAX, &c->stream_id_base); break;
+		case 'S': {
+			/* Checked here, not by the kernel's EMSGSIZE at the first send. */
+			uint64_t x;
+			bad = pdma_opt_parse_u64(optarg, &x) || x > PDMA_GEN_MAX_PACKET || x % 4;
+			if (bad)
+				pdma_opt_bad(&o, "want a multiple of 4 up to %u, the most a UDP/IPv4 datagram "
+						 "carries in 32-bit words (65535 - 20 IPv4 - 8 UDP header bytes)",
+					     PDMA_GEN_MAX_PACKET);
+			else
+				c->packet_size = (uint32_t)x;
 			break;
 		}
-		case 't': if (num(optarg, 65535, &v) || !v) bad = "--threads"; else so.threads = (uint32_t)v; break;
-		case 'R': if (num(optarg, UINT32_MAX, &v) || !v) bad = "--sample-rate"; else c.sample_rate = v; break;
-		case 'T': c.trailer = false; break;
-		case 'C': c.context = false; break;
-		case 'l': if (num(optarg, 1000, &v)) bad = "--loss"; else c.loss_pm = (uint32_t)v; break;
-		case 'b': if (num(optarg, 1u << 20, &v) || !v) bad = "--loss-burst"; else c.loss_burst = (uint32_t)v; break;
-		case 'd': if (num(optarg, 1000, &v)) bad = "--dup"; else c.dup_pm = (uint32_t)v; break;
-		case 'o': if (num(optarg, 1000, &v)) bad = "--reorder"; else c.reorder_pm = (uint32_t)v; break;
-		case 'e': if (num(optarg, UINT64_MAX, &v)) bad = "--seed"; else c.seed = v; break;
-		case 'w': pcap = optarg; break;
-		case 'P': pcap_only = true; break;
-		case 'j': json = true; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'n': bad = pdma_opt_u64(&o, 1, PDMA_GEN_MAX_PACKETS, &c->packets); break;
+		case 'r': bad = pdma_opt_double(&o, 0, 1e9, 0, &a->so.rate_pps); break;
+		case 't': bad = pdma_opt_u32(&o, 1, 65535, &a->so.threads); break;
+		case 'R': bad = pdma_opt_u64(&o, 1, UINT32_MAX, &c->sample_rate); break;
+		case 'T': c->trailer = false; break;
+		case 'C': c->context = false; break;
+		case 'l': bad = pdma_opt_u32(&o, 0, 1000, &c->loss_pm); break;
+		case 'b': bad = pdma_opt_u32(&o, 1, 1u << 20, &c->loss_burst); break;
+		case 'd': bad = pdma_opt_u32(&o, 0, 1000, &c->dup_pm); break;
+		case 'o': bad = pdma_opt_u32(&o, 0, 1000, &c->reorder_pm); break;
+		case 'e': bad = pdma_opt_u64(&o, 0, UINT64_MAX, &c->seed); break;
+		case 'w': bad = pdma_opt_str(&o, &a->pcap); break;
+		case 'P': a->pcap_only = true; break;
+		case 'j': a->json = true; break;
+		case 'h': usage(stdout); return 1;
+		default: return 2; /* getopt_long said why, in one line */
 		}
-		if (bad) {
-			fprintf(stderr, "peerdma gen: invalid value '%s' for %s\n", optarg, bad);
+		if (bad)
 			return 2;
-		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "peerdma gen: unexpected argument '%s'\n", argv[optind]);
+	if (pdma_opt_end(&o, argc, argv))
 		return 2;
-	}
-	if (pcap_only && !pcap) {
-		fprintf(stderr, "peerdma gen: --pcap-only needs --pcap FILE\n");
-		return 2;
-	}
-	if (c.loss_pm + c.dup_pm + c.reorder_pm > 1000) {
-		fprintf(stderr, "peerdma gen: --loss + --dup + --reorder must not exceed 1000 per mille\n");
-		return 2;
-	}
-	if (pdma_gen_payload_len(&c) < 4) {
-		fprintf(stderr, "peerdma gen: --packet-size %u leaves no payload (prologue %u bytes)\n",
-			c.packet_size, c.trailer ? 32u : 28u);
-		return 2;
-	}
+	if (a->pcap_only && !a->pcap)
+		return pdma_opt_fail(&o, "--pcap-only needs --pcap FILE");
+	if (c->loss_pm + c->dup_pm + c->reorder_pm > 1000)
+		return pdma_opt_fail(&o, "--loss + --dup + --reorder must not exceed 1000 per mille");
+	if (pdma_gen_payload_len(c) < 4)
+		return pdma_opt_fail(&o, "--packet-size %u leaves no payload (prologue %u bytes)",
+				     c->packet_size, c->trailer ? 32u : 28u);
+	/* Stream IDs are 32 bits: the last stream's must not wrap to 0. */
+	if ((uint64_t)c->stream_id_base + c->streams - 1 > UINT32_MAX)
+		return pdma_opt_fail(&o, "--stream-id %#x with --streams %u passes stream ID 0xffffffff",
+				     c->stream_id_base, c->streams);
+	return 0;
+}
+
+int pdma_cmd_gen_check(int argc, char **argv)
+{
+	struct gen_args a;
+
+	return gen_parse(argc, argv, &a) == 2 ? 2 : 0;
+}
+
+int pdma_cmd_gen(int argc, char **argv)
+{
+	struct gen_args a;
+	int ret = gen_parse(argc, argv, &a);
+
+	if (ret)
+		return ret == 1 ? 0 : 2;
+	struct pdma_gen_config c = a.c;
+	struct pdma_gen_send_opts so = a.so;
+	const char *pcap = a.pcap;
+	bool pcap_only = a.pcap_only, json = a.json;
 	struct pdma_gen *g;
+	/* The parse checked what pdma_gen_open checks: what fails here is
+	 * memory, not usage. */
 	ret = pdma_gen_open(&c, &g);
 	if (ret) {
 		fprintf(stderr, "peerdma gen: %s\n", strerror(-ret));
-		return 2;
+		return 1;
 	}
 	FILE *pf = NULL;
 	if (pcap) {

@@ -21,6 +21,7 @@
 #include "cmd.h"
 #include "cuda/topo.h"
 #include "mem/cuda.h"
+#include "opt.h"
 
 /* ------------------------------------------------------------------ NVML */
 
@@ -222,34 +223,68 @@ static const char *ordering_text(int o)
 	return "unknown";
 }
 
+struct info_args {
+	const char *device, *root, *cmdline;
+	char dev_bdf[16];
+};
+
+/* Parse and check: 0 to run, 1 after --help, 2 after a one-line error. */
+static int info_parse(int argc, char **argv, struct info_args *a)
+{
+	static const struct option opts[] = {
+		{ "device", required_argument, NULL, 'd' },
+		{ "sysfs-root", required_argument, NULL, 's' },
+		{ "cmdline", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct pdma_opt o;
+	int c;
+
+	a->device = NULL;
+	a->root = "/sys";
+	a->cmdline = "/proc/cmdline";
+	a->dev_bdf[0] = 0;
+	pdma_opt_init(&o, "peerdma info", opts, "h");
+	while ((c = pdma_opt_next(&o, argc, argv)) != -1) {
+		int bad = 0;
+
+		switch (c) {
+		case 'd':
+			bad = pdma_opt_str(&o, &a->device);
+			if (!bad && pdma_pcie_normalize_bdf(a->device, a->dev_bdf, sizeof(a->dev_bdf)))
+				bad = pdma_opt_bad(&o, "not a PCI address (expected like 0000:3b:00.0)");
+			break;
+		case 's': bad = pdma_opt_str(&o, &a->root); break;
+		case 'c': bad = pdma_opt_str(&o, &a->cmdline); break;
+		case 'h': usage(stdout); return 1;
+		default: return 2; /* getopt_long said why, in one line */
+		}
+		if (bad)
+			return 2;
+	}
+	return pdma_opt_end(&o, argc, argv);
+}
+
+int pdma_cmd_info_check(int argc, char **argv)
+{
+	struct info_args a;
+
+	return info_parse(argc, argv, &a) == 2 ? 2 : 0;
+}
+
 int pdma_cmd_info(int argc, char **argv)
 {
-	const char *device = NULL, *root = "/sys", *cmdline = "/proc/cmdline";
-	char dev_bdf[16] = "", gpus[64][32];
+	struct info_args a;
+	char gpus[64][32];
 	struct pdma_cuda *cu = NULL;
 	struct nvml nv;
-	int ngpu = 0, ret;
+	int ngpu = 0, ret = info_parse(argc, argv, &a);
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--device") && i + 1 < argc) {
-			device = argv[++i];
-		} else if (!strcmp(argv[i], "--sysfs-root") && i + 1 < argc) {
-			root = argv[++i];
-		} else if (!strcmp(argv[i], "--cmdline") && i + 1 < argc) {
-			cmdline = argv[++i];
-		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			usage(stdout);
-			return 0;
-		} else {
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (device && pdma_pcie_normalize_bdf(device, dev_bdf, sizeof(dev_bdf))) {
-		fprintf(stderr, "peerdma info: '%s' is not a PCI address (expected like 0000:3b:00.0)\n",
-			device);
-		return 2;
-	}
+	if (ret)
+		return ret == 1 ? 0 : 2;
+	const char *device = a.device, *root = a.root, *cmdline = a.cmdline;
+	const char *dev_bdf = a.dev_bdf;
 
 	printf("peerdma info\n");
 	ret = nvml_open(&nv);

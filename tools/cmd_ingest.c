@@ -13,6 +13,7 @@
 
 #include "cmd.h"
 #include "ingest.h"
+#include "opt.h"
 #include "peerdma/mr.h"
 #include "mem/sim.h"
 
@@ -30,7 +31,9 @@ static void usage(FILE *f)
 		"usage: peerdma ingest [OPTIONS]\n"
 		"Receive VITA-49 streams over UDP into registered ring buffers, deframe them into\n"
 		"per-stream sample buffers and account received, lost, duplicated, reordered and\n"
-		"malformed packets per stream (exactly, from the sample-count timestamps).\n\n"
+		"malformed packets per stream (exactly, from the sample-count timestamps); a data\n"
+		"packet whose class ID differs from its stream's first is refused and counted\n"
+		"(class_mismatch, the table's \"class\" column).\n\n"
 		"  -p, --port N          UDP port (default 4991)\n"
 		"  -b, --bind ADDR       IPv4 address to bind (default 127.0.0.1)\n"
 		"  -t, --threads N       receive threads / sockets (SO_REUSEPORT, default 1)\n"
@@ -58,14 +61,6 @@ static void usage(FILE *f)
 		"not an error), 1 on failure, 2 on usage errors.\n");
 }
 
-static int num(const char *s, unsigned long long max, unsigned long long *v)
-{
-	char *e;
-	errno = 0;
-	*v = strtoull(s, &e, 0);
-	return (errno || *e || !*s || *v > max) ? -1 : 0;
-}
-
 static double now_s(void)
 {
 	struct timespec t;
@@ -73,7 +68,16 @@ static double now_s(void)
 	return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-int pdma_cmd_ingest(int argc, char **argv)
+struct ingest_args {
+	struct pdma_ingest_config c;
+	const char *json_path;
+	bool quiet, reg;
+	double duration, idle_s;
+	uint64_t count;
+};
+
+/* Parse and check: 0 to run, 1 after --help, 2 after a one-line error. */
+static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 {
 	static const struct option opts[] = {
 		{ "port", required_argument, NULL, 'p' },
@@ -97,62 +101,98 @@ int pdma_cmd_ingest(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	struct pdma_ingest_config c;
-	const char *json_path = "-";
-	bool quiet = false, reg = true;
-	double duration = 0, idle_s = 0;
-	unsigned long long v, count = 0;
-	int opt, ret, status = 0;
+	static const char *const paths[] = { "cpu", "direct", "host-staged", "zero-copy", NULL };
+	static const enum pdma_rx_path path_v[] = { PDMA_RX_CPU, PDMA_RX_DIRECT, PDMA_RX_HOST_STAGED,
+						    PDMA_RX_ZERO_COPY };
+	static const char *const rxs[] = { "recvmmsg", "io_uring", NULL };
+	struct pdma_ingest_config *c = &a->c;
+	struct pdma_opt o;
+	uint32_t u, idle_ms;
+	uint64_t chunk;
+	int opt, k;
 
-	pdma_ingest_config_default(&c);
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "p:b:t:d:c:i:j:qh", opts, NULL)) != -1) {
-		const char *bad = NULL;
+	memset(a, 0, sizeof(*a));
+	pdma_ingest_config_default(c);
+	a->json_path = "-";
+	a->reg = true;
+	pdma_opt_init(&o, "peerdma ingest", opts, "p:b:t:d:c:i:j:qh");
+	while ((opt = pdma_opt_next(&o, argc, argv)) != -1) {
+		int bad = 0; /* flags leave it 0 */
+
 		switch (opt) {
-		case 'p': if (num(optarg, 65535, &v)) bad = "--port"; else c.port = (uint16_t)v; break;
-		case 'b': c.bind_addr = optarg; break;
-		case 't': if (num(optarg, 64, &v) || !v) bad = "--threads"; else c.threads = (uint32_t)v; break;
+		case 'p':
+			bad = pdma_opt_u32(&o, 0, 65535, &u);
+			if (!bad)
+				c->port = (uint16_t)u;
+			break;
+		case 'b': bad = pdma_opt_ipv4(&o, &c->bind_addr); break;
+		case 't': bad = pdma_opt_u32(&o, 1, 64, &c->threads); break;
 		case 'P':
-			if (!strcmp(optarg, "cpu")) c.path = PDMA_RX_CPU;
-			else if (!strcmp(optarg, "direct")) c.path = PDMA_RX_DIRECT;
-			else if (!strcmp(optarg, "host-staged")) c.path = PDMA_RX_HOST_STAGED;
-			else if (!strcmp(optarg, "zero-copy")) c.path = PDMA_RX_ZERO_COPY;
-			else bad = "--path";
+			bad = pdma_opt_choice(&o, paths, &k);
+			if (!bad)
+				c->path = path_v[k];
 			break;
-		case 'r': if (num(optarg, 1u << 24, &v) || !v) bad = "--ring-slots"; else c.ring_slots = (uint32_t)v; break;
-		case 'z': if (num(optarg, 1u << 20, &v) || v < 80) bad = "--slot-size"; else c.slot_size = (uint32_t)v; break;
-		case 'B': if (num(optarg, 256, &v) || !v) bad = "--batch"; else c.batch = (uint32_t)v; break;
+		case 'r': bad = pdma_opt_u32(&o, 1, 1u << 24, &c->ring_slots); break;
+		case 'z': bad = pdma_opt_u32(&o, 80, 1u << 20, &c->slot_size); break;
+		case 'B': bad = pdma_opt_u32(&o, 1, 256, &c->batch); break;
 		case 'X':
-			if (!strcmp(optarg, "recvmmsg")) c.rx_io = PDMA_RX_IO_RECVMMSG;
-			else if (!strcmp(optarg, "io_uring")) c.rx_io = PDMA_RX_IO_URING;
-			else bad = "--rx";
+			bad = pdma_opt_choice(&o, rxs, &k);
+			if (!bad)
+				c->rx_io = k ? PDMA_RX_IO_URING : PDMA_RX_IO_RECVMMSG;
 			break;
-		case 'K': if (num(optarg, 1u << 30, &v) || v < 4096) bad = "--chunk"; else c.gpu_chunk = (size_t)v; break;
-		case 'N': reg = false; break;
-		case 'R': if (num(optarg, UINT64_MAX, &v) || !v) bad = "--sample-rate"; else c.dfr.sample_rate = v; break;
-		case 'M': if (num(optarg, 65534, &v) || !v) bad = "--max-streams"; else c.dfr.max_streams = (uint32_t)v; break;
-		case 'O': if (num(optarg, 1u << 20, &v) || !v) bad = "--out-packets"; else c.dfr.out_pkts = (uint32_t)v; break;
-		case 'd': { char *e; duration = strtod(optarg, &e); if (*e || duration <= 0) bad = "--duration"; break; }
-		case 'c': if (num(optarg, UINT64_MAX, &count) || !count) bad = "--count"; break;
-		case 'i': if (num(optarg, 3600000, &v) || !v) bad = "--idle"; else idle_s = (double)v / 1000; break;
-		case 'j': json_path = optarg; break;
-		case 'q': quiet = true; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'K':
+			bad = pdma_opt_u64(&o, 4096, 1u << 30, &chunk);
+			if (!bad)
+				c->gpu_chunk = (size_t)chunk;
+			break;
+		case 'N': a->reg = false; break;
+		case 'R': bad = pdma_opt_u64(&o, 1, UINT64_MAX, &c->dfr.sample_rate); break;
+		case 'M': bad = pdma_opt_u32(&o, 1, 65534, &c->dfr.max_streams); break;
+		case 'O': bad = pdma_opt_u32(&o, 1, 1u << 20, &c->dfr.out_pkts); break;
+		/* A year at most: the loop adds it to a clock in seconds. */
+		case 'd': bad = pdma_opt_double(&o, 0, 366 * 86400.0, 1, &a->duration); break;
+		case 'c': bad = pdma_opt_u64(&o, 1, UINT64_MAX, &a->count); break;
+		case 'i':
+			bad = pdma_opt_u32(&o, 1, 3600000, &idle_ms);
+			if (!bad)
+				a->idle_s = (double)idle_ms / 1000;
+			break;
+		case 'j': bad = pdma_opt_str(&o, &a->json_path); break;
+		case 'q': a->quiet = true; break;
+		case 'h': usage(stdout); return 1;
+		default: return 2; /* getopt_long said why, in one line */
 		}
-		if (bad) {
-			fprintf(stderr, "peerdma ingest: invalid value '%s' for %s\n", optarg, bad);
+		if (bad)
 			return 2;
-		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "peerdma ingest: unexpected argument '%s'\n", argv[optind]);
+	if (pdma_opt_end(&o, argc, argv))
 		return 2;
-	}
-	if (c.rx_io == PDMA_RX_IO_URING && c.path == PDMA_RX_DIRECT) {
-		fprintf(stderr, "peerdma ingest: --rx io_uring needs a host ring: not with --path direct\n");
-		return 2;
-	}
+	if (c->rx_io == PDMA_RX_IO_URING && c->path == PDMA_RX_DIRECT)
+		return pdma_opt_fail(&o, "--rx io_uring needs a host ring: not with --path direct");
+	return 0;
+}
+
+int pdma_cmd_ingest_check(int argc, char **argv)
+{
+	struct ingest_args a;
+
+	return ingest_parse(argc, argv, &a) == 2 ? 2 : 0;
+}
+
+int pdma_cmd_ingest(int argc, char **argv)
+{
+	struct ingest_args a;
+	int ret = ingest_parse(argc, argv, &a), status = 0;
+
+	if (ret)
+		return ret == 1 ? 0 : 2;
+
+	struct pdma_ingest_config c = a.c;
+	const char *json_path = a.json_path;
+	bool quiet = a.quiet, reg = a.reg;
+	double duration = a.duration, idle_s = a.idle_s;
+	uint64_t count = a.count;
+
 	/* Slots hold whole datagrams; the output keeps whole payloads. */
 	if (c.dfr.max_payload > c.slot_size)
 		c.dfr.max_payload = (c.slot_size - PDMA_SLOT_HDR) & ~3u;
@@ -241,17 +281,18 @@ int pdma_cmd_ingest(int argc, char **argv)
 	json_t *j = pdma_ingest_json(ing, now_s() - t0);
 	if (!quiet) {
 		const json_t *streams = json_object_get(j, "streams");
-		fprintf(stderr, "%-10s %10s %8s %8s %8s %8s %8s\n", "stream", "received", "lost", "dup",
-			"reorder", "malformed", "late");
+		fprintf(stderr, "%-10s %10s %8s %8s %8s %8s %8s %8s\n", "stream", "received", "lost", "dup",
+			"reorder", "malformed", "class", "late");
 		for (size_t n = 0; n < json_array_size(streams); n++) {
 			const json_t *s = json_array_get(streams, n);
-			fprintf(stderr, "0x%-8llx %10lld %8lld %8lld %8lld %8lld %8lld\n",
+			fprintf(stderr, "0x%-8llx %10lld %8lld %8lld %8lld %8lld %8lld %8lld\n",
 				(unsigned long long)json_integer_value(json_object_get(s, "stream_id")),
 				json_integer_value(json_object_get(s, "received")),
 				json_integer_value(json_object_get(s, "lost")),
 				json_integer_value(json_object_get(s, "duplicated")),
 				json_integer_value(json_object_get(s, "reordered")),
 				json_integer_value(json_object_get(s, "malformed")),
+				json_integer_value(json_object_get(s, "class_mismatch")),
 				json_integer_value(json_object_get(s, "late")));
 		}
 	}

@@ -14,7 +14,46 @@
  *   -ENOKEY  (key unknown or in use)        is libfabric's -FI_ENOKEY (266)
  *   -ERANGE  (caller's buffer too small)    is libfabric's -FI_ETOOSMALL (257)
  * pdma_errno_to_fi() and pdma_errno_from_fi() convert; errno values with no
- * libfabric code (-ESTALE, -EPROTO, -EEXIST) become -FI_EOTHER (256).
+ * libfabric code (-ESTALE, -EPROTO, -EEXIST, -ECHILD) become -FI_EOTHER (256).
+ *
+ * What a host memory (PDMA_HMEM_SYSTEM) registration guarantees:
+ *  - Without the kernel module (kernel_device NULL): the range was mapped when
+ *    it was registered; nothing more is done to the pages. They are neither
+ *    locked nor pinned: user space cannot make a DMA pin (mlock keeps pages
+ *    resident, but the kernel may still migrate them), so peerdma does not
+ *    pretend to. Devices of this library reach the memory through the
+ *    process's virtual addresses. The application's munmap, madvise
+ *    (MADV_DONTNEED, MADV_FREE) and free() always succeed, whether an MR is
+ *    open or closed and cached. With the cache on, the monitor drops a cached
+ *    registration whose memory was unmapped, remapped or discarded: the next
+ *    registration of the range takes the memory as it is then (unmapped:
+ *    -EFAULT), never the old one, and device access through an MR still open
+ *    on it fails with -EFAULT. Residency is the application's choice:
+ *    mlock(2) the memory itself (peerdma never unlocks it).
+ *  - With the kernel module (kernel_device set): the pages are pinned with
+ *    pin_user_pages(FOLL_LONGTERM), a DMA pin, and the module's MMU notifier
+ *    revokes the registration when the range is unmapped or changed; DMA
+ *    through a revoked registration fails with -EFAULT.
+ *
+ * fork(): the parent's registrations stay valid and keep the parent's pages.
+ * Private memory is copy-on-write for the child, and a private anonymous page
+ * pinned through the kernel module is copied for the child at fork by the
+ * kernel itself, so the child's writes never reach the pinned page (Linux 5.9
+ * and later; Debian 12's 6.1: copy_present_pte() copies a page that may be
+ * DMA-pinned instead of sharing it). Shared mappings (MAP_SHARED) stay
+ * shared, as the application asked. peerdma does not madvise(MADV_DONTFORK)
+ * registered memory (the model of ibv_fork_init): on these kernels it would
+ * protect nothing more, and it would unmap the registered pages, and whatever
+ * shares a page with them (malloc'd neighbours), in the child.
+ * In the child, domains opened before the fork keep working, but their cache
+ * forgets the parent's registrations without releasing them: each
+ * registration there pins afresh (a domain opened in the child caches
+ * again). A kernel-device domain opened before the fork refuses registrations
+ * there with -ECHILD: the module's file and its pins belong to the parent;
+ * open a new domain in the child. Closing inherited MRs and domains in the
+ * child releases nothing of the parent's. Another thread's registration or
+ * transfer at the moment of the fork is safe; an EQ read in progress is not
+ * (its lock stays held in the child).
  *
  * Thread safety: a domain may be used from many threads at once; all calls on
  * distinct MRs of one domain may run concurrently. Calls on the same MR must
@@ -82,11 +121,20 @@ struct pdma_domain_attr {
 	size_t raw_key_size;     /* bytes of a raw key under PDMA_MR_RAW (0 means 16, min 12) */
 	struct pdma_sim *sim;    /* simulated GPU + DMA device for PDMA_HMEM_SIM (test builds,
 				  * static library: lib/mem/sim.h); NULL otherwise */
-	int use_cache;           /* 1: registrations go through the registration cache */
+	int use_cache;           /* 1: registrations go through the registration cache.
+				  * CUDA memory in it ($PEERDMA_CUDA_MONITOR): "tag"
+				  * checks the buffer ID on every hit; "hooks" trusts
+				  * the deallocation hooks (libpeerdma_cuda_hooks.so)
+				  * for all CUDA memory; "auto" (default), with the
+				  * hooks detected, trusts them only for allocations
+				  * they saw made (cuMemAlloc*, cudaMalloc*) and keeps
+				  * the check for IPC and VMM mappings and any other
+				  * memory; without the hooks, auto is "tag" */
 	const char *kernel_device; /* non-NULL (e.g. "/dev/peerdma"): pin host memory through
 				    * the kernel module (pin_user_pages + MMU notifier, revocation
-				    * events) instead of mlock; open fails if it is absent.
-				    * With use_cache, the module is also the cache's host memory
+				    * events), a DMA pin; without it host memory is checked, not
+				    * pinned (see above); open fails if it is absent. With
+				    * use_cache, the module is also the cache's host memory
 				    * monitor ("kernel", the default; see below) */
 };
 
@@ -122,6 +170,16 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **d
 int pdma_domain_close(struct pdma_domain *domain);
 /* Effective attributes after defaults were applied. */
 int pdma_domain_query(const struct pdma_domain *domain, struct pdma_domain_attr *attr);
+/* The host monitor the domain's registration cache runs: "kernel",
+ * "userfaultfd", "memhooks", or "none" when host memory is not cached (no
+ * monitor could start; PEERDMA_MR_CACHE_MONITOR=disabled); NULL without
+ * use_cache. Host memory is cached only where a monitor sees every change to
+ * it: under "userfaultfd" and "memhooks" private anonymous memory (heap,
+ * anonymous mmap, stacks), shared and file-backed mappings being registered
+ * uncached (README.md, "Registration cache"); under "kernel" any memory the
+ * module pins, because the MMU notifier also sees another process's hole
+ * punch or truncate. */
+const char *pdma_domain_cache_monitor(const struct pdma_domain *domain);
 
 struct pdma_mr_attr {
 	const struct iovec *mr_iov;

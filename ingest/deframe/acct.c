@@ -58,6 +58,7 @@ void pdma_acct_add(struct pdma_acct *a, const struct pdma_dfr_desc *d, uint32_t 
 			for (uint32_t i = 0; i < a->max_streams; i++)
 				if (a->st[i].known && a->st[i].s.stream_id == d->stream_id) {
 					a->st[i].s.malformed++;
+					a->st[i].s.class_mismatch += code == PDMA_DFR_E_CLASS_CHANGE;
 					return;
 				}
 		a->malformed_unattributed++;

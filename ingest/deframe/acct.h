@@ -26,6 +26,8 @@ struct pdma_stream_stats {
 	uint64_t reordered;   /* arrived after a higher-index packet of its stream */
 	uint64_t late;        /* older than the window: cannot be classified */
 	uint64_t malformed;   /* attributed by stream ID */
+	uint64_t class_mismatch; /* of malformed: data packets whose class ID differs
+				  * from the stream's first (PDMA_DFR_E_CLASS_CHANGE) */
 	uint64_t context;     /* context packets */
 	uint64_t count_errors;/* 4-bit count inconsistent with the sample count */
 	uint64_t lost_count4; /* what the 4-bit count alone would call lost */

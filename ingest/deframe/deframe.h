@@ -88,6 +88,7 @@ enum pdma_dfr_err {
 	PDMA_DFR_E_TABLE_FULL,    /* more streams than max_streams */
 	PDMA_DFR_E_SLOT_TRUNC,    /* datagram did not fit its ring slot */
 	PDMA_DFR_E_EMPTY,         /* empty datagram */
+	PDMA_DFR_E_CLASS_CHANGE,  /* class ID differs from the stream's first data packet's */
 	PDMA_DFR_E__MAX
 };
 
@@ -127,6 +128,7 @@ static inline int pdma_dfr_config_ok(const struct pdma_dfr_config *c)
 struct pdma_dfr_tables {
 	uint64_t *keys;      /* [max_streams] (1 << 32) | stream ID, 0 free */
 	uint32_t *plen;      /* [max_streams] payload bytes per packet, 0 unknown */
+	uint64_t *cls;       /* [max_streams] pdma_dfr_class() of the first data packet, 0 unknown */
 	uint64_t *tags;      /* [max_streams * out_pkts] */
 	uint8_t *out;        /* [max_streams * out_pkts * max_payload] */
 };
@@ -137,6 +139,7 @@ struct pdma_dfr_pkt {
 	uint32_t payload_len;
 	uint64_t pkt;
 	uint32_t stream;
+	uint64_t cls;         /* pdma_dfr_class() */
 };
 
 #if defined(__CUDACC__)
@@ -144,6 +147,20 @@ struct pdma_dfr_pkt {
 #else
 #define PDMA_DFR_FN static inline
 #endif
+
+/* A data packet's class identity, never 0 (0 marks a stream whose class is
+ * not known yet): the OUI and the information and packet class codes, or
+ * "none" for a packet without class ID. A stream is a stream ID and the class
+ * its first data packet came with; a data packet of that stream ID with
+ * another class (a second sender reusing the ID, a reconfigured one) is
+ * refused (PDMA_DFR_E_CLASS_CHANGE) and counted, never merged into the
+ * stream's samples. Context packets carry their own class (the generator's
+ * and DIFI's context packet class code differs from the data's) and are not
+ * compared. The 49.2 pad-bit count is not part of it. */
+PDMA_DFR_FN uint64_t pdma_dfr_class(int has_class, uint32_t oui, uint32_t icc_pcc)
+{
+	return has_class ? (1ull << 63) | ((uint64_t)(oui & 0xffffffu) << 32) | icc_pcc : 1ull << 62;
+}
 
 /* The header stage, up to (not including) the stream lookup: validates and
  * computes the packet index. Returns PDMA_DFR_ST_DATA / _CONTEXT or a negative
@@ -200,6 +217,8 @@ PDMA_DFR_FN int pdma_dfr_header_v(const struct pdma_dfr_config *c, const uint8_t
 	}
 	r->payload_off = vp->payload_off;
 	r->payload_len = vp->payload_len;
+	r->cls = pdma_dfr_class(vp->flags & PDMA_VRT_F_CLASS, vp->oui,
+				((uint32_t)vp->icc << 16) | vp->pcc);
 	d->pkt = r->pkt;
 	return PDMA_DFR_ST_DATA;
 }
@@ -355,6 +374,7 @@ PDMA_DFR_FN int pdma_dfr_header_fast_nt(const struct pdma_dfr_config *c, uint32_
 	}
 	r->payload_off = 28;
 	r->payload_len = plen;
+	r->cls = pdma_dfr_class(1, p->c0, p->c1); /* C is set on this path */
 	d->pkt = r->pkt;
 	d->stream_id = p->sid;
 	d->stream = PDMA_DFR_NO_STREAM;
@@ -374,6 +394,15 @@ PDMA_DFR_FN int pdma_dfr_header_fast(const struct pdma_dfr_config *c, const uint
 	/* The datagram's last word is its trailer (the fast path takes only
 	 * packets that fill the datagram exactly). */
 	return !tr_off || pdma_vrt_trailer_ok((p->flags & PDMA_SLOT_TAIL) ? p->tail : pdma_vrt_get32(slot + tr_off));
+}
+
+/* Host (single-threaded): does a data packet of class cls belong to the
+ * stream whose class slot is *known? The first data packet claims it. */
+static inline int pdma_dfr_class_ok_host(uint64_t *known, uint64_t cls)
+{
+	if (*known == 0)
+		*known = cls;
+	return *known == cls;
 }
 
 /* Host (single-threaded) stream lookup; returns index or -1 when full. */

@@ -24,10 +24,11 @@ int pdma_dfr_init(struct pdma_dfr *d, const struct pdma_dfr_config *cfg)
 	size_t ns = cfg->max_streams, tags = ns * cfg->out_pkts;
 	d->t.keys = calloc(ns, sizeof(*d->t.keys));
 	d->t.plen = calloc(ns, sizeof(*d->t.plen));
+	d->t.cls = calloc(ns, sizeof(*d->t.cls));
 	d->t.tags = calloc(tags, sizeof(*d->t.tags));
 	d->t.out = calloc(tags, cfg->max_payload);
 	int ret = pdma_acct_init(&d->acct, cfg->max_streams);
-	if (!d->t.keys || !d->t.plen || !d->t.tags || !d->t.out || ret) {
+	if (!d->t.keys || !d->t.plen || !d->t.cls || !d->t.tags || !d->t.out || ret) {
 		pdma_dfr_fini(d);
 		return -ENOMEM;
 	}
@@ -38,6 +39,7 @@ void pdma_dfr_fini(struct pdma_dfr *d)
 {
 	free(d->t.keys);
 	free(d->t.plen);
+	free(d->t.cls);
 	free(d->t.tags);
 	free(d->t.out);
 	pdma_acct_fini(&d->acct);
@@ -67,6 +69,8 @@ uint32_t pdma_dfr_cpu_slot(const struct pdma_dfr_config *c, struct pdma_dfr_tabl
 			*pl = r.payload_len;
 		if (*pl != r.payload_len) {
 			st = -PDMA_DFR_E_SIZE_CHANGE;
+		} else if (!pdma_dfr_class_ok_host(&t->cls[desc->stream], r.cls)) {
+			st = -PDMA_DFR_E_CLASS_CHANGE;
 		} else {
 			size_t pos = (size_t)(r.pkt % c->out_pkts);
 			uint64_t *tag = &t->tags[(size_t)desc->stream * c->out_pkts + pos];
@@ -108,6 +112,7 @@ const char *pdma_dfr_strerror(int err)
 	case PDMA_DFR_E_TABLE_FULL: return "stream table full";
 	case PDMA_DFR_E_SLOT_TRUNC: return "datagram larger than a ring slot";
 	case PDMA_DFR_E_EMPTY: return "empty datagram";
+	case PDMA_DFR_E_CLASS_CHANGE: return "class ID differs from the stream's";
 	default: return pdma_vrt_strerror(err);
 	}
 }

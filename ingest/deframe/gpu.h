@@ -74,7 +74,7 @@ struct pdma_gpu_ops {
 	 * chunk_bytes (copy engine, double-buffered) and deframe each there. */
 	int (*run_staged)(struct pdma_gpu_dfr *g, const void *host_slots, uint32_t slot_size,
 			  uint32_t n, size_t chunk_bytes, struct pdma_dfr_desc *desc);
-	/* Copy the device tables (keys, plen, tags, out) into host tables of the
+	/* Copy the device tables (keys, plen, cls, tags, out) into host tables of the
 	 * same configuration. */
 	int (*read_tables)(struct pdma_gpu_dfr *g, struct pdma_dfr_tables *t);
 	int (*reset_tables)(struct pdma_gpu_dfr *g);

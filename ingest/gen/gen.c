@@ -83,7 +83,8 @@ int pdma_gen_open(const struct pdma_gen_config *c, struct pdma_gen **out)
 	uint32_t plen = pdma_gen_payload_len(c);
 
 	if (!c->streams || c->streams > 65535 || c->packet_size % 4 || plen < 4 ||
-	    c->packet_size > 65535u * 4 || !c->sample_rate || !c->packets ||
+	    c->packet_size > PDMA_GEN_MAX_PACKET || !c->sample_rate || !c->packets ||
+	    c->packets > PDMA_GEN_MAX_PACKETS ||
 	    c->loss_pm + c->dup_pm + c->reorder_pm > 1000)
 		return -EINVAL;
 	struct pdma_gen *g = calloc(1, sizeof(*g));

@@ -18,6 +18,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The largest packet_size: the UDP payload over IPv4 (65535 - 20 IPv4 - 8 UDP
+ * header bytes = 65507) in whole 32-bit words. The VRT size field allows
+ * 65535 words, but such a datagram cannot be sent. */
+#define PDMA_GEN_MAX_PACKET 65504u
+/* The most data packets per stream: sample counts (packets x samples per
+ * packet, < 2^14, plus ts_start x sample_rate) stay below 2^64. */
+#define PDMA_GEN_MAX_PACKETS (1ull << 48)
+
 struct pdma_gen_config {
 	uint32_t streams;          /* number of streams */
 	uint32_t stream_id_base;   /* stream IDs base, base + 1, ... */

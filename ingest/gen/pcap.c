@@ -10,9 +10,19 @@
 #include "gen/gen.h"
 #include "gen/gen_int.h"
 
+/* Ethernet (14) + IPv4 (20) + UDP (8) header bytes before each datagram. */
+#define PCAP_HDRS 42u
+/* The largest UDP payload over IPv4: 65535 - 20 - 8. */
+#define UDP4_MAX 65507u
+/* The file header's snaplen: libpcap's and tcpdump's maximum (MAXIMUM_SNAPLEN).
+ * It must cover the longest record, PCAP_HDRS + UDP4_MAX = 65549 bytes; 65535
+ * made readers cut every datagram above 65493 bytes. */
+#define PCAP_SNAPLEN 262144u
+_Static_assert(PCAP_HDRS + UDP4_MAX <= PCAP_SNAPLEN, "a record longer than the snaplen");
+
 void pdma_gen_pcap_header(FILE *f)
 {
-	uint32_t h[6] = { 0xa1b2c3d4u, 0x00040002u, 0, 0, 65535, 1 /* Ethernet */ };
+	uint32_t h[6] = { 0xa1b2c3d4u, 0x00040002u, 0, 0, PCAP_SNAPLEN, 1 /* Ethernet */ };
 	/* version 2.4 stored as two 16-bit fields, little-endian host order */
 	uint16_t v[2] = { 2, 4 };
 	fwrite(&h[0], 4, 1, f);
@@ -35,10 +45,10 @@ int pdma_gen_pcap_record(FILE *f, const uint8_t *pkt, uint32_t len, uint32_t src
 {
 	uint8_t h[42] = { 0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00 };
 	uint8_t *ip = h + 14, *udp = h + 34;
-	uint32_t caplen = 42 + len;
+	uint32_t caplen = PCAP_HDRS + len;
 	uint32_t rec[4] = { (uint32_t)(t_us / 1000000), (uint32_t)(t_us % 1000000), caplen, caplen };
 
-	if (len > 65507)
+	if (len > UDP4_MAX)
 		return -EMSGSIZE;
 	ip[0] = 0x45;
 	ip[2] = (uint8_t)((20 + 8 + len) >> 8);

@@ -26,7 +26,8 @@
  *    CUDA engineer's free hooks; sim: the backend's free), when the backend
  *    revokes its pin (pdma_region_revoke -> pdma_cache_region_revoked), or
  *    when a hit's buffer ID differs from the caller's query (alloc) or, in
- *    TAG_CHECK mode, from a fresh ops->query. A region whose pin raced with an
+ *    TAG_CHECK mode (TRUST_WATCHED: for regions of memory no monitor
+ *    watches, e->verify), from a fresh ops->query. A region whose pin raced with an
  *    invalidation of its range is handed out uncached.
  *
  * Concurrency
@@ -62,6 +63,8 @@
  *    thread, skew of at most 64 puts between threads); eviction pops a heap
  *    keyed by the stamp seen at insertion and re-sorts lazily, which yields
  *    exact LRU order among unreferenced regions for single-threaded use.
+ *  - fork(): in the child, caches opened before the fork are pass-through
+ *    and forget their regions without unpinning them (lib/cache/fork.c).
  *  - Host memory (userfaultfd monitor): before a lookup of host memory the
  *    caller waits while the monitor thread is handling events (one load), so
  *    an munmap that has returned is always reflected in the index.
@@ -298,7 +301,7 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 	if (!attr || !cache || (unsigned)attr->monitor > PDMA_CACHE_MONITOR_KERNEL)
 		return -EINVAL;
 	for (int i = 0; i < PDMA_CACHE_NIFACE; i++)
-		if ((unsigned)attr->mode[i] > PDMA_CACHE_MODE_TAG_CHECK)
+		if ((unsigned)attr->mode[i] > PDMA_CACHE_MODE_TRUST_WATCHED)
 			return -EINVAL;
 	c = aligned_alloc(64, sizeof(*c));
 	if (!c)
@@ -372,6 +375,7 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 		free(c);
 		return ret;
 	}
+	pdma_cache_fork_track(c);
 	*cache = c;
 	return 0;
 }
@@ -382,6 +386,7 @@ void pdma_cache_close(struct pdma_cache *c)
 
 	if (!c)
 		return;
+	pdma_cache_fork_untrack(c);
 	pdma_monitor_unsubscribe(c->sub);
 	pthread_mutex_lock(&c->lock);
 	/* Every indexed region leaves; referenced ones live on until their put. */
@@ -474,18 +479,17 @@ void pdma_cache_get_stats(struct pdma_cache *c, struct pdma_cache_stats *s)
 }
 
 /* Is the hit e still the memory the caller means? */
-static inline bool hit_fresh(struct pdma_cache *c, struct entry *e,
-			     const struct pdma_mem_alloc *alloc, enum pdma_hmem_iface iface,
+static inline bool hit_fresh(struct entry *e, const struct pdma_mem_alloc *alloc,
 			     uint64_t addr, size_t len)
 {
 	uint64_t id = RLX(e->buffer_id);
 
 	if (alloc && alloc->buffer_id)
 		return !id || alloc->buffer_id == id;
-	if (likely(c->mode[iface] != PDMA_CACHE_MODE_TAG_CHECK))
+	if (likely(!RLX(e->verify)))
 		return true;
 	{
-		struct pdma_mem_alloc a;
+		struct pdma_mem_alloc a = { 0 };
 
 		return !e->ops->query(e->be, addr, len, &a) && a.buffer_id == id;
 	}
@@ -551,8 +555,14 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 	bool cacheable, watched = true, indexed = false;
 	int levels = pdma_cache_random_level(), ret;
 	uint64_t seq = 0;
+	/* Hits on this region must be verified by buffer ID: in TAG_CHECK mode
+	 * all, under TRUST_WATCHED those of memory no monitor watches (or of
+	 * unknown memory: no alloc). Such regions are cached only with an ID. */
+	bool verify = mode == PDMA_CACHE_MODE_TAG_CHECK ||
+		      (mode == PDMA_CACHE_MODE_TRUST_WATCHED && (!alloc || alloc->unwatched));
 
-	cacheable = mode == PDMA_CACHE_MODE_TRUST || (mode == PDMA_CACHE_MODE_TAG_CHECK && id);
+	cacheable = verify ? id != 0 : (mode == PDMA_CACHE_MODE_TRUST ||
+					mode == PDMA_CACHE_MODE_TRUST_WATCHED);
 	if (cacheable && plen > c->attr.max_size)
 		cacheable = false;
 	deferred_run(c);
@@ -564,7 +574,7 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 				break;
 			c->st.slow_hits++;
 			pthread_mutex_unlock(&c->lock);
-			if (hit_fresh(c, e, alloc, iface, addr, len)) {
+			if (hit_fresh(e, alloc, addr, len)) {
 				*region = &e->r;
 				return 0;
 			}
@@ -600,6 +610,7 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 	atomic_store_explicit(&e->buffer_id, id, memory_order_relaxed);
 	atomic_store_explicit(&e->iface, (uint8_t)iface, memory_order_relaxed);
 	atomic_store_explicit(&e->valid, true, memory_order_relaxed);
+	atomic_store_explicit(&e->verify, verify, memory_order_relaxed);
 	atomic_store_explicit(&e->last_use, lru_stamp(), memory_order_relaxed);
 	memset(&e->r, 0, sizeof(e->r));
 	e->defer_next = NULL;
@@ -642,7 +653,10 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 		*region = &e->r;
 		return 0;
 	}
-	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
+	/* Only private anonymous memory is watchable from user space (vma.c). */
+	if (iface == PDMA_HMEM_SYSTEM && (c->uffd || c->memhooks))
+		watched = pdma_vma_private_anon(s, plen);
+	if (watched && iface == PDMA_HMEM_SYSTEM && c->uffd)
 		watched = pdma_uffd_monitor_watch(s, plen) == 0;
 	if (iface == PDMA_HMEM_SYSTEM && c->kdev)
 		watched = kernel_watched(c, ops, be);
@@ -719,7 +733,7 @@ int pdma_cache_get(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *b
 			e = pdma_cache_lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
 	}
 	if (likely(e)) {
-		if (likely(hit_fresh(c, e, alloc, iface, addr, len))) {
+		if (likely(hit_fresh(e, alloc, addr, len))) {
 			*region = &e->r;
 			return 0;
 		}
@@ -736,7 +750,8 @@ int pdma_cache_find(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 	struct entry *e;
 
 	if (unlikely((unsigned)iface >= PDMA_CACHE_NIFACE ||
-		     c->mode[iface] != PDMA_CACHE_MODE_TRUST))
+		     (c->mode[iface] != PDMA_CACHE_MODE_TRUST &&
+		      c->mode[iface] != PDMA_CACHE_MODE_TRUST_WATCHED)))
 		return -ENOENT;
 	if (unlikely(!page_span(ops, addr, len, &s, &end)))
 		return -EINVAL;
@@ -747,6 +762,12 @@ int pdma_cache_find(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 	e = pdma_cache_lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
 	if (!e)
 		return -ENOENT;
+	if (unlikely(RLX(e->verify))) {
+		/* Memory no monitor watches: the caller must query it and
+		 * take pdma_cache_get, which compares the buffer IDs. */
+		pdma_cache_entry_unref(e);
+		return -ENOENT;
+	}
 	*region = &e->r;
 	return 0;
 }

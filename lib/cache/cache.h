@@ -45,13 +45,24 @@ enum pdma_cache_monitor {
 /* How the cache keeps regions of one memory interface from going stale. */
 enum pdma_cache_mode {
 	PDMA_CACHE_MODE_DEFAULT = 0, /* SYSTEM: TRUST if a host monitor runs, else OFF;
-				      * CUDA: TAG_CHECK; SIM: TRUST */
+				      * CUDA: TAG_CHECK (the domain picks
+				      * TRUST_WATCHED when the CUDA hooks are detected:
+				      * PEERDMA_CUDA_MONITOR=auto); SIM: TRUST */
 	PDMA_CACHE_MODE_OFF,         /* never cached: every get pins, every last put unpins */
 	PDMA_CACHE_MODE_TRUST,       /* trust invalidations (monitor notifications and backend
 				      * revocation); hits cost no backend call */
 	PDMA_CACHE_MODE_TAG_CHECK,   /* also verify every hit by buffer ID (ops->query, the
 				      * GPUDirect guide's method); regions without a buffer ID
 				      * are not cached */
+	PDMA_CACHE_MODE_TRUST_WATCHED, /* per region: TRUST where the backend's query said
+				      * a monitor sees the allocation leave (alloc->unwatched
+				      * false), TAG_CHECK where it did not. For CUDA with the
+				      * hooks detected (`auto`): allocations the hooks saw made
+				      * by cuMemAlloc* / cudaMalloc* are trusted; IPC and VMM
+				      * mappings, memory allocated before the hooks were loaded
+				      * or past them, and host memory keep the check (and are
+				      * not cached without a buffer ID). pdma_cache_find
+				      * returns trusted regions only. */
 };
 
 #define PDMA_CACHE_NIFACE 3 /* PDMA_HMEM_SYSTEM, _CUDA, _SIM */
@@ -77,8 +88,9 @@ struct pdma_cache_attr {
  * PEERDMA_MR_CACHE_MAX_COUNT (0 disables caching), PEERDMA_MR_CACHE_MONITOR
  * (kernel | userfaultfd | memhooks | disabled), PEERDMA_MR_CUDA_CACHE_MONITOR_ENABLED
  * (0: CUDA memory is not cached; 1, the default: cached, verified per use by
- * buffer ID) and PEERDMA_MR_CUDA_CACHE_TAG_CHECK (0: trust the CUDA free
- * hooks, pdma_monitor_notify(PDMA_HMEM_CUDA, ...), instead of per-use checks). */
+ * buffer ID) and PEERDMA_MR_CUDA_CACHE_TAG_CHECK (0: TRUST: trust the CUDA free
+ * hooks, pdma_monitor_notify(PDMA_HMEM_CUDA, ...), instead of per-use checks,
+ * for all CUDA memory, including memory the hooks cannot see leave). */
 void pdma_cache_attr_from_env(struct pdma_cache_attr *attr);
 /* -EINVAL for a bad attribute; -ENOMEM. The host monitor is started here;
  * if the one asked for cannot run, host memory is not cached (see stats). */
@@ -95,8 +107,8 @@ void pdma_cache_close(struct pdma_cache *cache);
 int pdma_cache_get(struct pdma_cache *cache, const struct pdma_mem_ops *ops, void *be,
 		   enum pdma_hmem_iface iface, uint64_t addr, size_t len,
 		   const struct pdma_mem_alloc *alloc, struct pdma_region **region);
-/* A hit only, for interfaces in TRUST mode, where a hit needs no facts about
- * the allocation: lets a caller skip classifying and querying the memory
+/* A hit only, for interfaces in TRUST mode (TRUST_WATCHED: of a trusted
+ * region), where a hit needs no facts about the allocation: lets a caller skip classifying and querying the memory
  * (driver calls for CUDA) when the region is already pinned. -ENOENT on a miss
  * or when the interface is not in TRUST mode; the caller then takes the
  * pdma_cache_get() path. */

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "cache/cache.h"
+#include "mr/fork.h"
 
 #define TLS __thread __attribute__((tls_model("initial-exec")))
 #define likely(x) __builtin_expect(!!(x), 1)
@@ -74,6 +75,8 @@ struct entry {
 	_Atomic int32_t refcnt;       /* see "Reference counts" above */
 	_Atomic uint8_t iface;
 	atomic_bool valid;            /* false: never returned by a lookup again */
+	_Atomic uint8_t verify;       /* check the buffer ID on every hit (TAG_CHECK,
+				       * or an unwatched region under TRUST_WATCHED) */
 	_Atomic uint64_t last_use;    /* LRU stamp (put) */
 	/* --- cold --- */
 	struct pdma_region r;         /* what callers see (its refcnt is unused) */
@@ -138,6 +141,8 @@ struct pdma_cache {
 	_Atomic uint64_t live;         /* 1 (the cache itself) + regions not yet unpinned */
 	_Atomic uint64_t n_uncached, n_stale;
 	atomic_bool closed;
+
+	struct pdma_fork_node fork_node; /* fork.c: on the list of open caches */
 };
 
 
@@ -192,6 +197,9 @@ size_t pdma_cache_default_max_size(void);
 
 /* cache.c: references and retirement. */
 void pdma_cache_cache_unref(struct pdma_cache *c);
+/* fork.c: caches the fork handlers must reach, from open to close. */
+void pdma_cache_fork_track(struct pdma_cache *c);
+void pdma_cache_fork_untrack(struct pdma_cache *c);
 void pdma_cache_entry_destroy(struct entry *e);
 bool pdma_cache_entry_unref_last(struct entry *e);
 void pdma_cache_entry_unref(struct entry *e);

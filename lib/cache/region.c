@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "cache/region.h"
+#include "mr/fork.h"
 
 static void region_revoke_cb(void *arg)
 {
@@ -21,6 +22,7 @@ int pdma_region_init(struct pdma_region *r, const struct pdma_mem_ops *ops, void
 	r->iface = iface;
 	r->ops = ops;
 	r->be = be;
+	r->fork_gen = pdma_fork_gen();
 	atomic_init(&r->refcnt, 1);
 	atomic_init(&r->valid, true);
 	pthread_rwlock_init(&r->quiesce, NULL);
@@ -61,7 +63,11 @@ void pdma_region_revoke(struct pdma_region *r)
 
 void pdma_region_fini(struct pdma_region *r)
 {
-	r->ops->unpin(r->be, r->pin);
+	/* In a forked child, a pin inherited from the parent is forgotten, not
+	 * unpinned: it is the parent's (a kernel-device unpin would drop the
+	 * parent's pages, a CUDA call is not allowed in the child). */
+	if (r->fork_gen == pdma_fork_gen())
+		r->ops->unpin(r->be, r->pin);
 	pthread_rwlock_destroy(&r->quiesce);
 }
 

@@ -26,6 +26,7 @@ struct pdma_region {
 	const struct pdma_mem_ops *ops;
 	void *be;                       /* backend context */
 	void *pin;                      /* backend pin handle */
+	uint64_t fork_gen;              /* pdma_fork_gen() of the process that pinned it */
 	atomic_int refcnt;              /* users: MR segments (+ the cache's index) */
 	atomic_bool valid;              /* false once revoked: never handed out again */
 	pthread_rwlock_t quiesce;       /* DMA holds it shared; revoke takes it exclusive */
@@ -45,7 +46,8 @@ int pdma_region_init(struct pdma_region *r, const struct pdma_mem_ops *ops, void
  * region has an owner (a cache), the owner is told afterwards, so the region
  * leaves its index (pdma_cache_region_revoked, lib/cache/). */
 void pdma_region_revoke(struct pdma_region *r);
-/* Unpin and free: the last reference is gone. */
+/* Unpin and free: the last reference is gone. A pin made before a fork() is
+ * not unpinned in the child (lib/mr/fork.h): it is the parent's. */
 void pdma_region_destroy(struct pdma_region *r);
 /* Unpin; the memory of r stays the caller's (pairs with pdma_region_init). */
 void pdma_region_fini(struct pdma_region *r);

@@ -4,7 +4,7 @@
  * declared from NVIDIA's public documentation so that the library builds
  * without the CUDA toolkit. Every value below matches cuda.h: the unit test
  * tests/unit/test_cuda_api.c compares each one with CUDA's own header where it
- * is installed (/usr/local/cuda/include/cuda.h; 51 of them, CUDA 13.0). Names
+ * is installed (/usr/local/cuda/include/cuda.h; 53 of them, CUDA 13.0). Names
  * carry a pdma_cu / PDMA_CU prefix so that a file may include cuda.h as well.
  *
  * libcuda.so.1 is loaded at run time (dlopen) by lib/cuda/loader.c; a missing
@@ -22,6 +22,13 @@ typedef unsigned long long pdma_cu_ptr;     /* CUdeviceptr (64-bit) */
 typedef struct pdma_cu_ctx_st *pdma_cu_ctx; /* CUcontext */
 typedef struct pdma_cu_stream_st *pdma_cu_stream; /* CUstream */
 typedef unsigned long long pdma_cu_mem_handle; /* CUmemGenericAllocationHandle */
+/* CUipcMemHandle: 64 opaque bytes, passed by value. */
+#define PDMA_CU_IPC_HANDLE_SIZE 64
+typedef struct {
+	char reserved[PDMA_CU_IPC_HANDLE_SIZE];
+} pdma_cu_ipc_mem_handle;
+/* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
+#define PDMA_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
 
 /* CUresult values used by name. */
 #define PDMA_CU_SUCCESS 0
@@ -144,6 +151,12 @@ struct pdma_cu_api {
 	pdma_cu_result (*CtxCreate)(pdma_cu_ctx *ctx, unsigned int flags, pdma_cu_device dev); /* _v2 */
 	pdma_cu_result (*CtxDestroy)(pdma_cu_ctx ctx);                       /* _v2 */
 	pdma_cu_result (*DevicePrimaryCtxReset)(pdma_cu_device dev);         /* _v2 */
+	/* Legacy CUDA IPC: tests (tests/gpu/test_cuda_ipc.c), and the real
+	 * cuIpcCloseMemHandle behind its hook. */
+	pdma_cu_result (*IpcGetMemHandle)(pdma_cu_ipc_mem_handle *h, pdma_cu_ptr dptr);
+	pdma_cu_result (*IpcOpenMemHandle)(pdma_cu_ptr *dptr, pdma_cu_ipc_mem_handle h,
+					   unsigned int flags);                  /* _v2 */
+	pdma_cu_result (*IpcCloseMemHandle)(pdma_cu_ptr dptr);
 };
 
 /*

@@ -76,6 +76,9 @@ static const struct sym syms[] = {
 	S(CtxCreate, "cuCtxCreate_v2", 0),
 	S(CtxDestroy, "cuCtxDestroy_v2", 1),
 	S(DevicePrimaryCtxReset, "cuDevicePrimaryCtxReset_v2", 0),
+	S(IpcGetMemHandle, "cuIpcGetMemHandle", 0),
+	S(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2", 0),
+	S(IpcCloseMemHandle, "cuIpcCloseMemHandle", 0),
 };
 #undef S
 

@@ -55,6 +55,15 @@ typedef void (*pdma_cuda_hooks_set_fn)(const struct pdma_cuda_hook_ops *ops);
  * when its global lookup of the public names finds these. */
 #define PDMA_CUDA_HOOKS_DRIVER_FREE "pdma_cuda_hook_cuMemFree_v2"
 #define PDMA_CUDA_HOOKS_RUNTIME_FREE "pdma_cuda_hook_cudaFree"
+/* int pdma_cuda_hooks_seen(uint64_t base, uint64_t buffer_id): 1 if the hooks
+ * saw the allocation at base with that buffer ID being made (cuMemAlloc*,
+ * cudaMalloc*) and have not seen it leave. Every way such memory leaves the
+ * process is hooked; for any other memory (IPC and VMM mappings, memory
+ * allocated before the hooks were loaded or through an entry point they do
+ * not define) libpeerdma's `auto` mode keeps the buffer-ID check (seen.c).
+ * A hook library without this name is too old: `auto` does not trust it. */
+#define PDMA_CUDA_HOOKS_SEEN "pdma_cuda_hooks_seen"
+typedef int (*pdma_cuda_hooks_seen_fn)(uint64_t base, uint64_t buffer_id);
 /* unsigned long pdma_cuda_hooks_calls(void): hooked calls so far (all kinds). */
 #define PDMA_CUDA_HOOKS_CALLS "pdma_cuda_hooks_calls"
 

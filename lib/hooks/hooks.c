@@ -70,3 +70,34 @@ void *pdma_hook_driver_fn(const char *name)
 
 	return f ? f : dlsym(RTLD_NEXT, name);
 }
+
+/* cuPointerGetAttribute of the driver the process uses: libpeerdma's, the
+ * next definition, or that of a libcuda loaded privately (the CUDA runtime
+ * dlopens libcuda itself, where RTLD_NEXT does not reach). */
+static void *attr_fn(void)
+{
+	void *f = pdma_hook_driver_fn("cuPointerGetAttribute");
+
+	if (!f) {
+		void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+
+		if (h) {
+			f = dlsym(h, "cuPointerGetAttribute");
+			dlclose(h); /* NOLOAD: still loaded by its owner */
+		}
+	}
+	return f;
+}
+
+void pdma_hook_allocated(uint64_t ptr)
+{
+	int (*get)(void *data, int attribute, unsigned long long ptr);
+	unsigned long long id = 0;
+
+	if (!ptr)
+		return;
+	*(void **)&get = attr_fn();
+	/* CU_POINTER_ATTRIBUTE_BUFFER_ID (7): unique in the process. */
+	if (get && get(&id, 7, ptr) == 0 && id)
+		pdma_hook_seen_add(ptr, id);
+}

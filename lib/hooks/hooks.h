@@ -27,4 +27,13 @@ PDMA_HIDDEN void pdma_hook_end(struct pdma_hook_call *c);
  * this library; NULL if there is none. */
 PDMA_HIDDEN void *pdma_hook_driver_fn(const char *name);
 
+/* The allocations the hooks saw being made (seen.c): what libpeerdma may
+ * trust without a buffer-ID check (pdma_cuda_hooks_seen, cuda_hooks.h). */
+PDMA_HIDDEN void pdma_hook_seen_add(uint64_t base, uint64_t id);
+PDMA_HIDDEN void pdma_hook_seen_remove(uint64_t base);
+PDMA_HIDDEN void pdma_hook_seen_clear(void);
+/* A new allocation at ptr, made by a hooked allocator: list it with the
+ * buffer ID the driver gives it (unlisted if the driver cannot say). */
+PDMA_HIDDEN void pdma_hook_allocated(uint64_t ptr);
+
 #endif /* PDMA_LIB_HOOKS_HOOKS_H */

@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
- * The CUDA runtime API's deallocation entry points, hooked: cudaFree,
- * cudaFreeAsync, cudaFreeHost, cudaHostUnregister and cudaDeviceReset.
+ * The CUDA runtime API's entry points through which memory leaves the
+ * process, hooked: cudaFree, cudaFreeAsync, cudaFreeHost, cudaHostUnregister,
+ * cudaIpcCloseMemHandle and cudaDeviceReset; and its allocators whose memory
+ * leaves only through those: cudaMalloc, cudaMallocPitch, cudaMallocAsync,
+ * cudaMallocFromPoolAsync (their memory is listed as seen, seen.c).
  *
  * The CUDA runtime reaches the driver through entry points it fetches itself
- * (cuGetProcAddress), so the driver hooks of driver.c never see its frees.
+ * (cuGetProcAddress), so the driver hooks of driver.c never see its calls:
+ * its cudaIpcCloseMemHandle does not pass through the hooked
+ * cuIpcCloseMemHandle, nor its cudaFree through cuMemFree_v2. The runtime
+ * has no virtual memory management of its own (programs fetch cuMemMap and
+ * cuMemUnmap with cudaGetDriverEntryPoint, which these hooks do not see: such
+ * mappings are not listed, so libpeerdma keeps the buffer-ID check for them).
  * These definitions, loaded before the runtime (LD_PRELOAD, or dlopen
  * RTLD_GLOBAL before libcudart), tell libpeerdma first (hooks.c) and then call
  * the runtime's own function (dlsym RTLD_NEXT). A statically linked CUDA
@@ -58,6 +66,10 @@ typedef cuda_err (*free_t)(void *);
 typedef cuda_err (*free_async_t)(void *, cuda_stream);
 typedef cuda_err (*reset_t)(void);
 typedef cuda_err (*getdev_t)(int *);
+typedef cuda_err (*malloc_t)(void **, size_t);
+typedef cuda_err (*pitch_t)(void **, size_t *, size_t, size_t);
+typedef cuda_err (*malloc_async_t)(void **, size_t, cuda_stream);
+typedef cuda_err (*malloc_pool_t)(void **, size_t, void *, cuda_stream);
 
 cuda_err cudaFree(void *p);
 cuda_err cudaFreeAsync(void *p, cuda_stream s);
@@ -65,6 +77,11 @@ cuda_err cudaFreeHost(void *p);
 cuda_err cudaHostUnregister(void *p);
 cuda_err cudaDeviceReset(void);
 cuda_err pdma_cuda_hook_cudaFree(void *p);
+cuda_err cudaIpcCloseMemHandle(void *p);
+cuda_err cudaMalloc(void **p, size_t size);
+cuda_err cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height);
+cuda_err cudaMallocAsync(void **p, size_t size, cuda_stream s);
+cuda_err cudaMallocFromPoolAsync(void **p, size_t size, void *pool, cuda_stream s);
 
 static void *self_cudaFree(void) { return (void *)pdma_cuda_hook_cudaFree; }
 static void *self_cudaFreeAsync(void) { return (void *)cudaFreeAsync; }
@@ -72,6 +89,11 @@ static void *self_cudaFreeHost(void) { return (void *)cudaFreeHost; }
 static void *self_cudaHostUnregister(void) { return (void *)cudaHostUnregister; }
 static void *self_cudaDeviceReset(void) { return (void *)cudaDeviceReset; }
 static void *self_cudaGetDevice(void) { return NULL; }
+static void *self_cudaIpcCloseMemHandle(void) { return (void *)cudaIpcCloseMemHandle; }
+static void *self_cudaMalloc(void) { return (void *)cudaMalloc; }
+static void *self_cudaMallocPitch(void) { return (void *)cudaMallocPitch; }
+static void *self_cudaMallocAsync(void) { return (void *)cudaMallocAsync; }
+static void *self_cudaMallocFromPoolAsync(void) { return (void *)cudaMallocFromPoolAsync; }
 
 REAL(cudaFree, free_t)
 REAL(cudaFreeAsync, free_async_t)
@@ -79,9 +101,15 @@ REAL(cudaFreeHost, free_t)
 REAL(cudaHostUnregister, free_t)
 REAL(cudaDeviceReset, reset_t)
 REAL(cudaGetDevice, getdev_t)
+REAL(cudaIpcCloseMemHandle, free_t)
+REAL(cudaMalloc, malloc_t)
+REAL(cudaMallocPitch, pitch_t)
+REAL(cudaMallocAsync, malloc_async_t)
+REAL(cudaMallocFromPoolAsync, malloc_pool_t)
 
 static void begin(struct pdma_hook_call *c, const void *p)
 {
+	pdma_hook_seen_remove((uint64_t)(uintptr_t)p);
 	if (p)
 		pdma_hook_begin_alloc(c, (uint64_t)(uintptr_t)p);
 	else
@@ -140,8 +168,52 @@ cuda_err cudaDeviceReset(void)
 
 	if (g && g(&dev) != 0)
 		dev = -1;
+	pdma_hook_seen_clear(); /* as cuCtxDestroy_v2 (driver.c) */
 	pdma_hook_begin_context(&c, NULL, dev);
 	r = f ? f() : CUDA_ERROR_INITIALIZATION;
 	pdma_hook_end(&c);
 	return r;
+}
+
+/* The mapping of another process's allocation closes: as a free. */
+cuda_err cudaIpcCloseMemHandle(void *p)
+{
+	return release(get_cudaIpcCloseMemHandle(), p);
+}
+
+/* ------------------------------------------------------------ allocators */
+
+static cuda_err allocated(cuda_err r, void **p)
+{
+	if (r == 0 && p)
+		pdma_hook_allocated((uint64_t)(uintptr_t)*p);
+	return r;
+}
+
+cuda_err cudaMalloc(void **p, size_t size)
+{
+	malloc_t f = get_cudaMalloc();
+
+	return allocated(f ? f(p, size) : CUDA_ERROR_INITIALIZATION, p);
+}
+
+cuda_err cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height)
+{
+	pitch_t f = get_cudaMallocPitch();
+
+	return allocated(f ? f(p, pitch, width, height) : CUDA_ERROR_INITIALIZATION, p);
+}
+
+cuda_err cudaMallocAsync(void **p, size_t size, cuda_stream s)
+{
+	malloc_async_t f = get_cudaMallocAsync();
+
+	return allocated(f ? f(p, size, s) : CUDA_ERROR_INITIALIZATION, p);
+}
+
+cuda_err cudaMallocFromPoolAsync(void **p, size_t size, void *pool, cuda_stream s)
+{
+	malloc_pool_t f = get_cudaMallocFromPoolAsync();
+
+	return allocated(f ? f(p, size, pool, s) : CUDA_ERROR_INITIALIZATION, p);
 }

@@ -152,23 +152,37 @@ void pdma_cuda_get_stats(struct pdma_cuda *ctx, struct pdma_cuda_stats *st);
 /*
  * Invalidation mode for a cache over CUDA memory:
  *  PDMA_CUDA_MON_TAG:   check the BUFFER_ID on every use (pdma_cuda_tag_check);
- *  PDMA_CUDA_MON_HOOKS: the deallocation hooks are live: every free of CUDA
- *                       memory reaches pdma_monitor_notify() first, no per-use
- *                       check is needed.
- * $PEERDMA_CUDA_MONITOR=tag|hooks|auto (default auto) overrides the detection.
+ *  PDMA_CUDA_MON_HOOKS: forced ($PEERDMA_CUDA_MONITOR=hooks): trust the hooks
+ *                       for all CUDA memory, no per-use check;
+ *  PDMA_CUDA_MON_AUTO:  the hooks are detected (pdma_cuda_hooks_installed):
+ *                       no per-use check for allocations the hooks saw being
+ *                       made (pdma_cuda_alloc_seen: every way they leave is
+ *                       hooked), the BUFFER_ID check for all other memory
+ *                       (IPC and VMM mappings, memory allocated before the
+ *                       hooks were loaded or past them).
+ * $PEERDMA_CUDA_MONITOR=tag|hooks|auto (default auto) overrides the detection;
+ * auto without the hooks detected is TAG.
  */
-enum pdma_cuda_monitor_mode { PDMA_CUDA_MON_TAG = 0, PDMA_CUDA_MON_HOOKS = 1 };
+enum pdma_cuda_monitor_mode {
+	PDMA_CUDA_MON_TAG = 0,
+	PDMA_CUDA_MON_HOOKS = 1,
+	PDMA_CUDA_MON_AUTO = 2,
+};
 enum pdma_cuda_monitor_mode pdma_cuda_monitor_mode(void);
 /* Detection alone: the process's global symbol lookup of cuMemFree_v2 and of
  * cudaFree reaches the hook library (LD_PRELOAD=libpeerdma_cuda_hooks.so, or
  * loaded RTLD_GLOBAL before libcuda and libcudart; required even before a
- * libcudart is loaded, since one may be loaded later). A statically linked
- * CUDA runtime is invisible to the hooks: such programs must set
- * PEERDMA_CUDA_MONITOR=tag. */
+ * libcudart is loaded, since one may be loaded later), and the library is
+ * recent enough to list the allocations it saw (PDMA_CUDA_HOOKS_SEEN). A
+ * statically linked CUDA runtime is invisible to the hooks: such programs
+ * must set PEERDMA_CUDA_MONITOR=tag. */
 bool pdma_cuda_hooks_installed(void);
 /* Register libpeerdma's callbacks with the hook library (lib/hooks/) if it is
  * loaded; pdma_cuda_open does it. Returns whether the library was found. */
 bool pdma_cuda_hooks_attach(void);
+/* Did the hook library see the allocation at base with this buffer ID being
+ * made (and not yet leave)? False without a (recent) hook library. */
+bool pdma_cuda_alloc_seen(uint64_t base, uint64_t buffer_id);
 /* How many deallocations the hooks have reported to libpeerdma so far. */
 uint64_t pdma_cuda_hooks_count(void);
 

@@ -23,6 +23,9 @@ void pdma_cuda_alloc_from_info(struct pdma_mem_alloc *alloc, const struct pdma_c
 	alloc->base = in->base;
 	alloc->size = in->size;
 	alloc->buffer_id = in->buffer_id;
+	/* Trusted without a buffer-ID check only if the hooks saw it made:
+	 * then every way it can leave is hooked (lib/hooks/seen.c). */
+	alloc->unwatched = !pdma_cuda_alloc_seen(in->base, in->buffer_id);
 }
 
 /* Is the classified pointer GPU memory that may be pinned? */

@@ -38,6 +38,8 @@ static int host_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc
 			return -EFAULT;
 		pdma_page_round(HOST_PAGE, addr, len, &alloc->base, &alloc->size);
 		alloc->buffer_id = 0;
+		/* Its munmap or free never reaches the CUDA hooks. */
+		alloc->unwatched = true;
 		return 0;
 	case PDMA_CUDA_KIND_MANAGED:
 		pdma_cuda_log(ctx, 3, PDMA_CUDA_MANAGED_MSG, (unsigned long long)addr);

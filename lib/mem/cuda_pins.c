@@ -232,6 +232,7 @@ void pdma_cuda_release_context_begin(struct pdma_cuda_release *rel, const void *
 	struct range { uint64_t b; size_t l; } *v = NULL;
 	struct cuda_pin *list = NULL;
 	size_t n = 0, cap = 0;
+	bool all = false;
 
 	/* Every pin in progress meanwhile fails: its context is not known. */
 	rel->addr = 0;
@@ -248,8 +249,10 @@ void pdma_cuda_release_context_begin(struct pdma_cuda_release *rel, const void *
 			size_t nc = cap ? cap * 2 : 16;
 			struct range *nv = realloc(v, nc * sizeof(*v));
 
-			if (!nv)
+			if (!nv) {
+				all = true;
 				break;
+			}
 			v = nv;
 			cap = nc;
 		}
@@ -258,8 +261,14 @@ void pdma_cuda_release_context_begin(struct pdma_cuda_release *rel, const void *
 		n++;
 	}
 	pthread_mutex_unlock(&pdma_cuda_pins_lock);
-	for (size_t i = 0; i < n; i++)
-		pdma_monitor_notify(PDMA_HMEM_CUDA, v[i].b, v[i].l);
+	/* Every cached region holds a pin, so the pins of the context name
+	 * all its regions. Out of memory to list them: drop every CUDA region
+	 * rather than miss one. */
+	if (all)
+		pdma_monitor_notify(PDMA_HMEM_CUDA, 0, SIZE_MAX);
+	else
+		for (size_t i = 0; i < n; i++)
+			pdma_monitor_notify(PDMA_HMEM_CUDA, v[i].b, v[i].l);
 	free(v);
 	pthread_mutex_lock(&pdma_cuda_pins_lock);
 	rel->next = releasing;

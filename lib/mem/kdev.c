@@ -1,12 +1,20 @@
 // SPDX-License-Identifier: MIT
 /*
  * The kdev backend: pins through the kernel module (/dev/peerdma,
- * include/uapi/peerdma.h) instead of mlock. Host pages are then held with
+ * include/uapi/peerdma.h), the only host backend that makes a DMA pin (the
+ * plain host backend only checks the range: host.c). Host pages are held with
  * pin_user_pages(FOLL_LONGTERM) and watched by an MMU notifier, GPU pages
  * with nv-p2p, and when the kernel revokes a pin (munmap, GPU free, dma-buf
  * move) it queues an event on the file. One thread per backend reads those
  * events and revokes the matching region (quiescing its DMA) and notifies the
  * monitor, so caches drop the registration without any per-use check.
+ *
+ * fork(): the file and its pins stay the parent's. In a child the backend
+ * refuses to pin (-ECHILD: the module would pin the child's pages on the
+ * parent's file, whose events only the parent reads), never unpins (an
+ * unpin would drop the parent's pin: pdma_region_fini skips inherited pins)
+ * and closes only its copies of the descriptors (writing the stop eventfd
+ * would stop the parent's event thread: the eventfd is shared).
  *
  * Ownership between a revocation and an unpin is decided under the backend
  * lock exactly as in the sim backend: the event marks the pin REVOKING and
@@ -38,6 +46,7 @@
 #include "mem/mem.h"
 #include "mem/kdev.h"
 #include "monitor/monitor.h"
+#include "mr/fork.h"
 #include "uapi/peerdma.h"
 
 enum kpin_state { KPIN_LIVE, KPIN_REVOKING, KPIN_DEAD };
@@ -64,6 +73,7 @@ struct pdma_kdev {
 	pthread_mutex_t drain_lock; /* one reader of events at a time, in order */
 	_Atomic uint64_t handled;   /* events read and handled (callbacks done) */
 	const struct peerdma_counters *counters; /* mapped read-only; NULL: old module */
+	uint64_t fork_gen; /* pdma_fork_gen() at open: another value means a child */
 };
 
 /* Under drain_lock: read what is queued and handle it. Returns the number of
@@ -115,6 +125,10 @@ int pdma_kdev_sync(struct pdma_kdev *k)
 
 	if (__builtin_expect(atomic_load_explicit(&k->handled, memory_order_acquire) >= want, 1))
 		return 0;
+	/* A child sees the parent's counter but cannot read its events (nor
+	 * take a lock the fork may have copied held). */
+	if (k->fork_gen != pdma_fork_gen())
+		return -ECHILD;
 	pthread_mutex_lock(&k->drain_lock);
 	while (atomic_load_explicit(&k->handled, memory_order_acquire) < want) {
 		struct pollfd pfd = { .fd = k->fd, .events = POLLIN };
@@ -202,6 +216,8 @@ int pdma_kdev_open(const char *path, struct pdma_kdev **out)
 		 * is unavailable (pdma_kdev_monitor_ok). */
 		k->counters = c == MAP_FAILED ? NULL : c;
 	}
+	pdma_fork_init();
+	k->fork_gen = pdma_fork_gen();
 	k->stop_fd = eventfd(0, EFD_CLOEXEC);
 	if (k->stop_fd < 0) {
 		ret = -errno;
@@ -234,6 +250,24 @@ int pdma_kdev_close(struct pdma_kdev *k)
 
 	if (!k)
 		return -EINVAL;
+	if (k->fork_gen != pdma_fork_gen()) {
+		/* Inherited: no event thread here, and the parent's lock state.
+		 * The pins' records are this process's copies: free them. */
+		struct kpin *p, *tmp;
+
+		HASH_ITER(hh, k->pins, p, tmp) {
+			HASH_DEL(k->pins, p);
+			free(p);
+		}
+		/* Our copy of the counter mapping holds the parent's file
+		 * open as the descriptor does: let go of both. */
+		if (k->counters)
+			munmap((void *)k->counters, (size_t)sysconf(_SC_PAGESIZE));
+		close(k->stop_fd);
+		close(k->fd);
+		free(k);
+		return 0;
+	}
 	pthread_mutex_lock(&k->lock);
 	if (k->pins) {
 		pthread_mutex_unlock(&k->lock);
@@ -290,6 +324,8 @@ static int kdev_pin(struct pdma_kdev *k, uint32_t kind, enum pdma_hmem_iface ifa
 
 	if (!k)
 		return -ENODEV;
+	if (k->fork_gen != pdma_fork_gen())
+		return -ECHILD;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Memory backends: where memory lives and how it is pinned. One small ops
- * table per backend (DESIGN.md "mem"): host (mlock), sim (in-process GPU
- * model), cuda (libcuda at run time), kdev (/dev/peerdma).
+ * table per backend (DESIGN.md "mem"): host (checked, neither locked nor
+ * pinned: host.c says why), sim (in-process GPU model), cuda (libcuda at run
+ * time), kdev (/dev/peerdma: real pins).
  *
  * A pin covers a whole-page range [addr, addr + len) of one allocation. When
  * the backend revokes a pin by itself (GPU memory freed, kernel event), it calls
@@ -22,6 +23,11 @@ struct pdma_mem_alloc {
 	uint64_t base;      /* allocation start */
 	size_t size;        /* allocation size */
 	uint64_t buffer_id; /* changes when the address is reallocated (0: unknown) */
+	/* No monitor is known to see this allocation leave: a cache in
+	 * PDMA_CACHE_MODE_TRUST_WATCHED verifies its hits by buffer ID (CUDA
+	 * memory the deallocation hooks did not see being made). Backends that
+	 * leave it false are trusted as TRUST trusts them. */
+	bool unwatched;
 };
 
 typedef void (*pdma_mem_revoke_fn)(void *arg);

@@ -13,7 +13,9 @@
  * (pdma_cuda_release_begin), and keeps new pins of that memory out until the
  * driver has returned (pdma_cuda_release_end).
  *
- * pdma_cuda_monitor_mode() tells a cache which invalidation to rely on.
+ * pdma_cuda_monitor_mode() tells a cache which invalidation to rely on, and
+ * pdma_cuda_alloc_seen() which allocations the hooks saw being made (the
+ * only ones `auto` trusts without a buffer-ID check).
  */
 #include <dlfcn.h>
 #include <stdatomic.h>
@@ -127,6 +129,21 @@ bool pdma_cuda_hooks_attach(void)
 
 /* ------------------------------------------------------------- detection */
 
+static _Atomic(pdma_cuda_hooks_seen_fn) seen_fn;
+
+bool pdma_cuda_alloc_seen(uint64_t base, uint64_t buffer_id)
+{
+	pdma_cuda_hooks_seen_fn f = atomic_load_explicit(&seen_fn, memory_order_relaxed);
+
+	if (!f) {
+		*(void **)&f = dlsym(RTLD_DEFAULT, PDMA_CUDA_HOOKS_SEEN);
+		if (!f)
+			return false; /* no hook library, or one too old to say */
+		atomic_store_explicit(&seen_fn, f, memory_order_relaxed);
+	}
+	return f(base, buffer_id) != 0;
+}
+
 bool pdma_cuda_hooks_installed(void)
 {
 	void *drv = dlsym(RTLD_DEFAULT, "cuMemFree_v2");
@@ -143,7 +160,9 @@ bool pdma_cuda_hooks_installed(void)
 	 * one loaded later (then they are too: preloaded objects come first). */
 	if (!rt_hook || (rt && rt != rt_hook))
 		return false;
-	return true;
+	/* A hook library from before the list of seen allocations hooks no
+	 * IPC close and no allocator: `auto` must not trust it. */
+	return dlsym(RTLD_DEFAULT, PDMA_CUDA_HOOKS_SEEN) != NULL;
 }
 
 enum pdma_cuda_monitor_mode pdma_cuda_monitor_mode(void)
@@ -154,5 +173,5 @@ enum pdma_cuda_monitor_mode pdma_cuda_monitor_mode(void)
 		return PDMA_CUDA_MON_TAG;
 	if (e && !strcmp(e, "hooks"))
 		return PDMA_CUDA_MON_HOOKS;
-	return pdma_cuda_hooks_installed() ? PDMA_CUDA_MON_HOOKS : PDMA_CUDA_MON_TAG;
+	return pdma_cuda_hooks_installed() ? PDMA_CUDA_MON_AUTO : PDMA_CUDA_MON_TAG;
 }

@@ -52,11 +52,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
@@ -188,47 +186,33 @@ static void *hook_shmat(int id, const void *addr, int flags)
 }
 
 /* The extent of the System V segment attached at addr: the run of mappings
- * of /proc/self/maps that starts there with one device and inode. Read with
- * a stack buffer (no malloc: this may run inside the allocator). */
+ * that starts there with one inode (no malloc: this may run inside the
+ * allocator). */
+struct shm_walk {
+	uint64_t next, inode;
+	size_t len;
+};
+
+static int shm_step(void *arg, const struct pdma_vma *v)
+{
+	struct shm_walk *w = arg;
+
+	if (v->start < w->next && !w->len)
+		return 0;
+	if (v->start != w->next || !v->inode || (w->len && v->inode != w->inode))
+		return w->len ? 1 : (v->start > w->next);
+	w->inode = v->inode;
+	w->len += v->end - v->start;
+	w->next = v->end;
+	return 0;
+}
+
 static size_t shm_extent(uintptr_t addr)
 {
-	char buf[4096];
-	size_t have = 0, len = 0;
-	unsigned long long want_ino = 0;
-	uintptr_t next = addr;
-	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	struct shm_walk w = { .next = addr };
 
-	if (fd < 0)
-		return 0;
-	for (;;) {
-		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
-		char *line = buf, *nl;
-
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-		buf[have] = 0;
-		while ((nl = strchr(line, '\n'))) {
-			unsigned long long s, e, ino;
-			char dev[16];
-
-			*nl = 0;
-			if (sscanf(line, "%llx-%llx %*s %*s %15s %llu", &s, &e, dev, &ino) == 4 &&
-			    s == next && ino && (!len || ino == want_ino)) {
-				want_ino = ino;
-				len += e - s;
-				next = e;
-			} else if (len) {
-				close(fd);
-				return len;
-			}
-			line = nl + 1;
-		}
-		have = strlen(line);
-		memmove(buf, line, have);
-	}
-	close(fd);
-	return len;
+	pdma_vma_walk(shm_step, &w);
+	return w.len;
 }
 
 static int hook_shmdt(const void *addr)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "monitor/monitor.h"
+#include "mr/fork.h"
 
 struct pdma_monitor_sub {
 	pdma_monitor_fn fn;
@@ -53,6 +54,26 @@ void pdma_monitor_unsubscribe(struct pdma_monitor_sub *sub)
 	}
 	pthread_rwlock_unlock(&subs_lock);
 	free(sub);
+}
+
+/* fork(): a notifying thread (the userfaultfd monitor's) may hold the lock
+ * at any time and does not exist in the child to release it. */
+void pdma_monitor_fork_prepare(void)
+{
+	pthread_rwlock_wrlock(&subs_lock);
+}
+
+void pdma_monitor_fork_parent(void)
+{
+	pthread_rwlock_unlock(&subs_lock);
+}
+
+/* The child cannot unlock it: glibc's rwlock tells a writer's unlock by the
+ * writer's thread ID, and the child's thread has another. Held by us alone,
+ * it is made anew. */
+void pdma_monitor_fork_child(void)
+{
+	pthread_rwlock_init(&subs_lock, NULL);
 }
 
 void pdma_monitor_notify(enum pdma_hmem_iface iface, uint64_t addr, size_t len)

@@ -13,6 +13,7 @@
 #ifndef PDMA_LIB_MONITOR_H
 #define PDMA_LIB_MONITOR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +47,19 @@ void pdma_memhooks_monitor_stop(void);
  * the thread may hold a cache lock). Nests. */
 void pdma_monitor_enter(void);
 void pdma_monitor_leave(void);
+/* vma.c: the mappings of this process, from /proc/self/maps without malloc.
+ * walk calls fn for each in address order until it returns nonzero, and
+ * returns that (0 at the end, -1 if the file cannot be read). */
+struct pdma_vma {
+	uint64_t start, end, inode;
+	bool shared;
+	const char *name; /* "" for anonymous, "[heap]", a path... */
+};
+int pdma_vma_walk(int (*fn)(void *arg, const struct pdma_vma *v), void *arg);
+/* True if [start, start + len) is all private anonymous memory, the only kind
+ * whose changes this process's own calls account for (see vma.c). */
+bool pdma_vma_private_anon(uint64_t start, size_t len);
+
 /* Odd while the monitor thread is between reading events and finishing their
  * invalidation: a lookup that sees it odd waits, so an munmap that returned
  * (the kernel waits until its event is read) can never be followed by a hit

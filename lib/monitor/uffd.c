@@ -41,6 +41,7 @@
 #include <sys/syscall.h>
 
 #include "monitor/monitor.h"
+#include "mr/fork.h"
 
 _Atomic unsigned pdma_uffd_seq;
 
@@ -186,6 +187,40 @@ void pdma_uffd_monitor_stop(void)
 		close(uffd_stopfd);
 		uffd_stopfd = -1;
 	}
+	pthread_mutex_unlock(&uffd_lock);
+}
+
+/*
+ * fork(): the monitor thread is not copied, and the userfaultfd context
+ * belongs to the parent's address space (the child's mappings are not watched
+ * by it: no UFFD_FEATURE_EVENT_FORK; a range registered through it from the
+ * child would be watched in the parent). The child closes its copies of the
+ * descriptors and starts from nothing; the next cache opened there starts a
+ * monitor of its own. Caches inherited from the parent stop using this one
+ * (lib/cache/fork.c) and never call stop for it.
+ */
+void pdma_uffd_fork_prepare(void)
+{
+	pthread_mutex_lock(&uffd_lock);
+}
+
+void pdma_uffd_fork_parent(void)
+{
+	pthread_mutex_unlock(&uffd_lock);
+}
+
+void pdma_uffd_fork_child(void)
+{
+	int fd = atomic_exchange(&uffd_fd, -1);
+
+	if (fd >= 0)
+		close(fd);
+	if (uffd_stopfd >= 0)
+		close(uffd_stopfd);
+	uffd_stopfd = -1;
+	uffd_refs = 0;
+	/* Odd if the parent's thread was handling events at the fork. */
+	atomic_store(&pdma_uffd_seq, 0);
 	pthread_mutex_unlock(&uffd_lock);
 }
 

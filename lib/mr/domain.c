@@ -9,6 +9,7 @@
 #include "mr/domain.h"
 #include "mem/cuda.h"
 #include "mem/kdev.h"
+#include "mr/fork.h"
 
 void pdma_domain_attr_init(struct pdma_domain_attr *attr)
 {
@@ -63,6 +64,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 	pthread_rwlock_init(&d->lock, NULL);
 	pthread_mutex_init(&d->cuda_lock, NULL);
 	pdma_rand_init(&d->rand);
+	pdma_fork_init(); /* before any pin: children must know inherited pins */
 	if (d->attr.kernel_device) {
 		ret = pdma_kdev_open(d->attr.kernel_device, &d->kdev);
 		if (ret)
@@ -74,17 +76,29 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 
 		pdma_cache_attr_from_env(&ca);
 		ca.kdev = d->kdev; /* the kernel monitor, when the module can be one */
-		/* CUDA regions need a per-hit buffer-ID check unless every CUDA
-		 * free is known to reach the monitor first (the allocation hooks
-		 * are live): then invalidations alone can be trusted. */
-		if (ca.mode[PDMA_HMEM_CUDA] == PDMA_CACHE_MODE_DEFAULT)
-			ca.mode[PDMA_HMEM_CUDA] =
-				pdma_cuda_monitor_mode() == PDMA_CUDA_MON_HOOKS ?
-					PDMA_CACHE_MODE_TRUST : PDMA_CACHE_MODE_TAG_CHECK;
+		/* CUDA regions need a per-hit buffer-ID check unless every way
+		 * their memory can leave reaches the monitor first. With the
+		 * hooks detected (auto) that holds for the allocations the hooks
+		 * saw made, not for IPC or VMM mappings or memory allocated past
+		 * them: TRUST_WATCHED decides per region. Forced "hooks" trusts
+		 * all CUDA memory. */
+		if (ca.mode[PDMA_HMEM_CUDA] == PDMA_CACHE_MODE_DEFAULT) {
+			switch (pdma_cuda_monitor_mode()) {
+			case PDMA_CUDA_MON_HOOKS:
+				ca.mode[PDMA_HMEM_CUDA] = PDMA_CACHE_MODE_TRUST;
+				break;
+			case PDMA_CUDA_MON_AUTO:
+				ca.mode[PDMA_HMEM_CUDA] = PDMA_CACHE_MODE_TRUST_WATCHED;
+				break;
+			default:
+				ca.mode[PDMA_HMEM_CUDA] = PDMA_CACHE_MODE_TAG_CHECK;
+			}
+		}
 		ret = pdma_cache_open(&ca, &d->cache);
 		if (ret)
 			goto err;
 	}
+	pdma_fork_list_add(&pdma_fork_domains, &d->fork_node);
 	*out = d;
 	return 0;
 err:
@@ -102,6 +116,7 @@ int pdma_domain_close(struct pdma_domain *d)
 		return -EBUSY;
 	}
 	pthread_rwlock_unlock(&d->lock);
+	pdma_fork_list_del(&pdma_fork_domains, &d->fork_node);
 	domain_free(d);
 	return 0;
 }
@@ -112,6 +127,23 @@ int pdma_domain_query(const struct pdma_domain *d, struct pdma_domain_attr *attr
 		return -EINVAL;
 	*attr = d->attr;
 	return 0;
+}
+
+const char *pdma_domain_cache_monitor(const struct pdma_domain *d)
+{
+	struct pdma_cache_stats s;
+
+	if (!d || !d->cache)
+		return NULL;
+	pdma_cache_get_stats(d->cache, &s);
+	if (s.mode[PDMA_HMEM_SYSTEM] == PDMA_CACHE_MODE_OFF)
+		return "none";
+	switch (s.monitor) {
+	case PDMA_CACHE_MONITOR_USERFAULTFD: return "userfaultfd";
+	case PDMA_CACHE_MONITOR_MEMHOOKS: return "memhooks";
+	case PDMA_CACHE_MONITOR_KERNEL: return "kernel";
+	default: return "none";
+	}
 }
 
 void pdma_domain_set_log(struct pdma_domain *d, pdma_log_fn fn, void *arg)

@@ -18,6 +18,7 @@
 
 #include "peerdma/mr.h"
 #include "cache/region.h"
+#include "mr/fork.h"
 
 struct pdma_cache;
 struct pdma_cuda;
@@ -122,6 +123,7 @@ struct pdma_domain {
 	pthread_mutex_t cuda_lock;
 	pdma_log_fn log_fn;
 	void *log_arg;
+	struct pdma_fork_node fork_node; /* on pdma_fork_domains while open */
 };
 
 void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)

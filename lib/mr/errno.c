@@ -95,5 +95,9 @@ const char *pdma_strerror(int err)
 	 * (as getcwd(3) does); libc's text speaks of a math result. */
 	if (err == ERANGE)
 		return "Buffer too small";
+	/* Only a kernel-device domain used in a child of the process that
+	 * opened it (lib/mr/fork.h); libc's text speaks of wait(2). */
+	if (err == ECHILD)
+		return "Kernel-device domain was opened by the parent process";
 	return strerror(err);
 }

@@ -40,7 +40,7 @@ static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device
 		   size_t len, const struct pdma_mem_ops *dops, void *dbe, struct pdma_region **out)
 {
 	const struct pdma_mem_ops *ops;
-	struct pdma_mem_alloc alloc;
+	struct pdma_mem_alloc alloc = { 0 };
 	uint64_t start;
 	size_t plen;
 	void *be;

@@ -66,7 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (pdma_dfr_header_fast(&c, slot, sizeof(slot), &pre, &fd, &fr) &&
 			    (st != PDMA_DFR_ST_DATA || fd.pkt != d.pkt || fd.stream_id != d.stream_id ||
 			     fd.stream != d.stream || fd.count != d.count || fr.pkt != r.pkt ||
-			     fr.payload_off != r.payload_off || fr.payload_len != r.payload_len))
+			     fr.payload_off != r.payload_off || fr.payload_len != r.payload_len ||
+			     fr.cls != r.cls))
 				abort();
 			/* Without the trailer: accepted means DATA or a trailer
 			 * error, by the trailer word alone. */

@@ -3,6 +3,8 @@
 # elsewhere (the GPU machine has no libcmocka/libjansson/liburing packages:
 # their .so files travel in BUILD/dev). Results under OUTDIR:
 #   gpu-tests.log   ctest -V of the CUDA tests (unit + gpu)
+#   ipc.log         test_cuda_ipc (two processes sharing CUDA IPC memory, cache
+#                   on, auto mode) with the hooks LD_PRELOADed, as users load them
 #   bench.log/json  bench_cuda
 #   info.log        peerdma info (+ --device for each non-GPU PCI device)
 #   hooks.log       LD_PRELOAD detection and the runtime hook under PyTorch
@@ -27,6 +29,8 @@ bdir=$(ctest_dir "$build" "$src")
 	nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total --format=csv,noheader
 	(cd "$bdir" && ctest -R cuda -V --timeout 300)
 } 2>&1 | tee "$out/gpu-tests.log"
+# ctest ran it linked with the hook library; here through LD_PRELOAD.
+LD_PRELOAD=$build/libpeerdma_cuda_hooks.so "$build/tests/test_cuda_ipc" 2>&1 | tee "$out/ipc.log"
 [ "$tests_only" = 1 ] && exit 0
 
 "$build/bench/cuda/bench_cuda" --json "$out/bench.json" 2>&1 | tee "$out/bench.log"

@@ -625,10 +625,10 @@ static void test_monitor_mode(void **state)
 	(void)state;
 	/* This test links the hook library (PDMA_HOOKED_TESTS) and no libcudart:
 	 * the process-wide lookup of cuMemFree_v2 and cudaFree reaches it, so
-	 * auto means hooks. */
+	 * auto trusts the hooks for the allocations they saw made. */
 	unsetenv("PEERDMA_CUDA_MONITOR");
 	assert_true(pdma_cuda_hooks_installed());
-	assert_int_equal(pdma_cuda_monitor_mode(), PDMA_CUDA_MON_HOOKS);
+	assert_int_equal(pdma_cuda_monitor_mode(), PDMA_CUDA_MON_AUTO);
 	setenv("PEERDMA_CUDA_MONITOR", "hooks", 1);
 	assert_int_equal(pdma_cuda_monitor_mode(), PDMA_CUDA_MON_HOOKS);
 	setenv("PEERDMA_CUDA_MONITOR", "tag", 1);

@@ -128,6 +128,11 @@ static void fill_ring(struct ringref *R, bool aligned)
 		case 3: ((struct pdma_slot_hdr *)s)->flags = PDMA_SLOT_TRUNC; break;
 		}
 	}
+	/* No packet here changes its stream's class ID: within one launch the
+	 * GPU's first claim of a stream's class (like its payload size) goes to
+	 * whichever lane gets there first, so a changed class could win on the
+	 * GPU and lose on the CPU. compare() checks the class each stream
+	 * holds; the refusal itself is test_ingest_dfr's test_class_mismatch. */
 	/* The receive side's slot header, as the datagrams (mutated ones
 	 * included) arrived: with the copy of the last word in two of three
 	 * slots, without it (a producer that cannot keep that promise) in the
@@ -207,6 +212,7 @@ static int setup(void **state)
 	size_t ns = F.cfg.max_streams, tags = ns * F.cfg.out_pkts;
 	F.host.keys = calloc(ns, 8);
 	F.host.plen = calloc(ns, 4);
+	F.host.cls = calloc(ns, 8);
 	F.host.tags = calloc(tags, 8);
 	F.host.out = malloc(tags * F.cfg.max_payload);
 	F.gpu_desc = calloc(32768, sizeof(*F.gpu_desc));
@@ -226,6 +232,7 @@ static int teardown(void **state)
 	free(F.gpu_desc);
 	free(F.host.keys);
 	free(F.host.plen);
+	free(F.host.cls);
 	free(F.host.tags);
 	free(F.host.out);
 	return 0;
@@ -252,6 +259,7 @@ static void compare(struct ringref *R, const char *what)
 		map[j] = k;
 		streams++;
 		assert_int_equal(F.host.plen[j], cpu->t.plen[k]);
+		assert_true(F.host.cls[j] == cpu->t.cls[k]);
 		assert_memory_equal(F.host.tags + (size_t)j * F.cfg.out_pkts,
 				    cpu->t.tags + (size_t)k * F.cfg.out_pkts, F.cfg.out_pkts * 8);
 		assert_memory_equal(F.host.out + j * row, cpu->t.out + k * row, row);

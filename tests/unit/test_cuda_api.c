@@ -87,12 +87,15 @@ static void test_constants_match_cuda_h(void **state)
 	CHECK(PDMA_CU_MEMHOSTREGISTER_DEVICEMAP, CU_MEMHOSTREGISTER_DEVICEMAP);
 	CHECK(PDMA_CU_MEMHOSTREGISTER_READ_ONLY, CU_MEMHOSTREGISTER_READ_ONLY);
 	CHECK(PDMA_CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_GLOBAL);
+	CHECK(PDMA_CU_IPC_HANDLE_SIZE, CU_IPC_HANDLE_SIZE);
+	CHECK(PDMA_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
 	printf("# %d constants equal to cuda.h's (CUDA_VERSION %d)\n", n, CUDA_VERSION);
 	/* The types the entry points are declared with. */
 	assert_int_equal(sizeof(pdma_cu_ptr), sizeof(CUdeviceptr));
 	assert_int_equal(sizeof(pdma_cu_device), sizeof(CUdevice));
 	assert_int_equal(sizeof(pdma_cu_result), sizeof(CUresult));
 	assert_int_equal(sizeof(pdma_cu_mem_handle), sizeof(CUmemGenericAllocationHandle));
+	assert_int_equal(sizeof(pdma_cu_ipc_mem_handle), sizeof(CUipcMemHandle));
 }
 #endif
 

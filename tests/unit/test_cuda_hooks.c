@@ -180,7 +180,8 @@ static void test_host_pins(void **state)
 
 /* Linked in, ahead of any libcuda or libcudart (there is none): the global
  * lookup of cuMemFree_v2 and cudaFree reaches the hook library, libpeerdma
- * finds it and registers, and auto mode trusts the hooks. */
+ * finds it and registers, and auto mode trusts the hooks for what they saw
+ * allocated (PDMA_CUDA_MON_AUTO); "hooks" trusts them for everything. */
 static void test_hooks_detected(void **state)
 {
 	uint64_t h0 = pdma_cuda_hooks_count();
@@ -188,6 +189,10 @@ static void test_hooks_detected(void **state)
 	(void)state;
 	unsetenv("PEERDMA_CUDA_MONITOR");
 	assert_true(pdma_cuda_hooks_installed());
+	assert_int_equal(pdma_cuda_monitor_mode(), PDMA_CUDA_MON_AUTO);
+	setenv("PEERDMA_CUDA_MONITOR", "auto", 1);
+	assert_int_equal(pdma_cuda_monitor_mode(), PDMA_CUDA_MON_AUTO);
+	setenv("PEERDMA_CUDA_MONITOR", "hooks", 1);
 	assert_int_equal(pdma_cuda_monitor_mode(), PDMA_CUDA_MON_HOOKS);
 	assert_true(pdma_cuda_hooks_attach());
 	setenv("PEERDMA_CUDA_MONITOR", "tag", 1);

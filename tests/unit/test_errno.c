@@ -49,6 +49,7 @@ static const struct {
 	{ ESTALE, FI_EOTHER },     /* no libfabric code */
 	{ EPROTO, FI_EOTHER },
 	{ EEXIST, FI_EOTHER },
+	{ ECHILD, FI_EOTHER },     /* a kernel-device domain used in a forked child */
 };
 
 static void test_to_fi_every_code(void **state)
@@ -109,6 +110,9 @@ static void test_strerror(void **state)
 	(void)state;
 	assert_string_equal(pdma_strerror(-ERANGE), "Buffer too small");
 	assert_string_equal(pdma_strerror(-ENOKEY), "Required key not available");
+	/* libc's text speaks of wait(2). */
+	assert_string_equal(pdma_strerror(-ECHILD),
+			    "Kernel-device domain was opened by the parent process");
 }
 
 int main(void)

@@ -77,6 +77,101 @@ static void test_usage_errors(void **state)
 	assert_int_equal(sh("grep -q 'cannot write /nonexistent' %s/e", dir), 0);
 }
 
+/* args fail at parse time: exit 2 (not a hang: old parsers took "-5" as
+ * 2^64 - 5 packets, or "nan" as a duration), exactly one line on stderr,
+ * holding every string of want[] (NULL-terminated). */
+static void expect_usage(const char *args, const char *const *want)
+{
+	char path[256];
+	char line[1024];
+	int lines = 0;
+
+	assert_int_equal(sh("timeout 20 %s %s </dev/null >/dev/null 2>%s/e", tool, args, dir), 2);
+	snprintf(path, sizeof(path), "%s/e", dir);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	line[0] = 0;
+	for (char buf[1024]; fgets(buf, sizeof(buf), f); lines++)
+		if (!lines)
+			snprintf(line, sizeof(line), "%s", buf);
+	fclose(f);
+	if (lines != 1)
+		fail_msg("'%s': %d lines on stderr, want 1 (first: %s)", args, lines, line);
+	for (int i = 0; want[i]; i++)
+		if (!strstr(line, want[i]))
+			fail_msg("'%s': '%s' lacks '%s'", args, line, want[i]);
+}
+
+#define EXPECT_USAGE(args, ...) expect_usage(args, (const char *const[]){ __VA_ARGS__, NULL })
+
+/* Issue 17's cases: numbers do not wrap, NaN is no number, and the error
+ * names the option, the value and what is allowed. */
+static void test_strict_values(void **state)
+{
+	(void)state;
+	EXPECT_USAGE("gen --packets -5 -p 9", "--packets", "'-5'", "1..");
+	EXPECT_USAGE("gen --rate nan -p 9", "--rate", "'nan'", "[0, ");
+	EXPECT_USAGE("gen --rate inf -p 9", "--rate", "'inf'");
+	EXPECT_USAGE("gen --rate -1 -p 9", "--rate", "'-1'");
+	EXPECT_USAGE("gen --sample-rate -1 -p 9", "--sample-rate", "'-1'");
+	EXPECT_USAGE("gen --streams ''", "--streams", "''");
+	EXPECT_USAGE("gen --loss 5x", "--loss", "'5x'", "0..1000");
+	EXPECT_USAGE("gen --seed 18446744073709551616", "--seed", "0..18446744073709551615");
+	EXPECT_USAGE("gen --stream-id 0xfffffffe --streams 3", "--stream-id", "--streams");
+	EXPECT_USAGE("ingest --duration nan -q -p 0", "--duration", "'nan'");
+	EXPECT_USAGE("ingest --count -1 -q -p 0", "--count", "'-1'");
+	EXPECT_USAGE("ingest --sample-rate -1 -q -p 0", "--sample-rate", "'-1'");
+	EXPECT_USAGE("ingest --port 65536", "--port", "0..65535");
+	EXPECT_USAGE("ingest --json ''", "--json", "must not be empty");
+	EXPECT_USAGE("bench --iters -1", "--iters", "1..1000000");
+	EXPECT_USAGE("info --device ''", "--device");
+	/* Refused when parsed, naming the UDP limit, not "Message too long"
+	 * from the first send. */
+	EXPECT_USAGE("gen --packet-size 100000 -n 1 -s 1 -p 9", "--packet-size", "'100000'", "65504", "UDP");
+	EXPECT_USAGE("gen --packet-size 65508 -n 1 -s 1 -p 9", "--packet-size", "65504");
+	EXPECT_USAGE("gen --host 300.1.2.3 -n 1 -s 1 -p 9", "--host", "'300.1.2.3'", "not a valid IPv4 address");
+	EXPECT_USAGE("ingest --bind notanip -p 0 -d 0.05 -q -j /dev/null", "--bind", "'notanip'",
+		     "not a valid IPv4 address");
+	/* Unknown options and missing values: getopt_long's one line. */
+	EXPECT_USAGE("gen --bogus", "--bogus");
+	EXPECT_USAGE("ingest --port", "--port");
+	EXPECT_USAGE("demo --x", "--x");
+}
+
+/* The largest packet gen accepts is sent (no EMSGSIZE), and its pcap records
+ * all fit the file's snaplen (it was 65535: records of datagrams above 65,493
+ * bytes were longer, and libpcap readers cut them). */
+static void test_pcap_snaplen(void **state)
+{
+	(void)state;
+	char path[256];
+	uint8_t hdr[24], rec[16];
+	uint32_t snaplen, incl, orig, n = 0;
+
+	assert_int_equal(sh("%s gen -p 9 -S 65504 -n 3 -s 1 -w %s/big.pcap 2>%s/e", tool, dir, dir), 0);
+	snprintf(path, sizeof(path), "%s/big.pcap", dir);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fread(hdr, 1, 24, f), 24);
+	memcpy(&snaplen, hdr + 16, 4);
+	assert_int_equal(snaplen, 262144);
+	while (fread(rec, 1, 16, f) == 16) {
+		memcpy(&incl, rec + 8, 4);
+		memcpy(&orig, rec + 12, 4);
+		assert_true(incl <= snaplen);
+		assert_int_equal(incl, orig);
+		assert_int_equal(fseek(f, incl, SEEK_CUR), 0);
+		n++;
+	}
+	fclose(f);
+	assert_int_equal(n, 4); /* the context packet and 3 data packets */
+	/* The data records: Ethernet + IPv4 + UDP headers and 65504 bytes. */
+	assert_int_equal(incl, 42 + 65504);
+	if (sh("command -v tshark >/dev/null 2>&1") == 0)
+		assert_int_equal(sh("test $(tshark -r %s/big.pcap -T fields -e frame.cap_len 2>/dev/null | "
+				    "grep -c '^65546$') = 3", dir), 0);
+}
+
 static void test_pcap(void **state)
 {
 	struct stat st;
@@ -165,6 +260,10 @@ static void gen_to_ingest(const char *rx)
 				injected += json_integer_value(json_object_get(s, keys[k]));
 			}
 			assert_int_equal(json_integer_value(json_object_get(d, "malformed")), 0);
+			/* gen keeps each stream's class ID: the report has the
+			 * counter, and it is 0 */
+			assert_non_null(json_object_get(d, "class_mismatch"));
+			assert_int_equal(json_integer_value(json_object_get(d, "class_mismatch")), 0);
 			assert_int_equal(json_integer_value(json_object_get(d, "received")),
 					 3000 - json_integer_value(json_object_get(s, "lost")));
 		}
@@ -235,7 +334,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_usage_errors),
+		cmocka_unit_test(test_strict_values),
 		cmocka_unit_test(test_pcap),
+		cmocka_unit_test(test_pcap_snaplen),
 		cmocka_unit_test(test_gen_to_ingest),
 		cmocka_unit_test(test_gen_to_ingest_io_uring),
 		cmocka_unit_test(test_gen_threads_same_injection),

@@ -94,6 +94,80 @@ static void test_deframe_and_account(void **state)
 	pdma_dfr_fini(&d);
 }
 
+/* A data packet of stream id with class ID (oui, icc, pcc), or without one
+ * when !has_class. */
+static int data_pkt_cls(uint8_t *b, uint32_t id, uint64_t p, uint32_t spp, uint64_t rate,
+			int has_class, uint32_t oui, uint16_t pcc)
+{
+	uint64_t s = p * spp;
+	struct pdma_vrt_packet v = { .type = 1, .tsi = 1, .tsf = 1, .count = (uint8_t)(p & 15),
+				     .flags = has_class ? PDMA_VRT_F_CLASS : 0, .oui = oui, .icc = 1,
+				     .pcc = pcc, .stream_id = id, .ts_int = (uint32_t)(s / rate),
+				     .ts_frac = s % rate };
+	int n = pdma_vrt_build(&v, NULL, spp * 4, b, SLOT);
+	for (uint32_t i = 0; i < spp; i++)
+		pdma_vrt_put32(b + v.payload_off + 4 * i, pdma_gen_sample(id, s + i));
+	return n;
+}
+
+/* Stream identity: a data packet whose class ID differs from the one its
+ * stream's first data packet carried is refused and counted (class_mismatch,
+ * and malformed by reason), never placed among the stream's samples; context
+ * packets carry their own class. Before, such packets were merged. */
+static void test_class_mismatch(void **state)
+{
+	struct pdma_dfr_config c;
+	struct pdma_dfr d;
+	struct pdma_ring r;
+	uint8_t b[SLOT];
+	const uint32_t spp = 16, A = 0x123456;
+	uint64_t i = 0;
+	(void)state;
+
+	cfg_small(&c);
+	assert_int_equal(pdma_dfr_init(&d, &c), 0);
+	assert_int_equal(pdma_ring_init(&r, 32, SLOT), 0);
+#define PUT(...) put_slot(&r, i++, b, (uint32_t)data_pkt_cls(b, __VA_ARGS__))
+	PUT(0x55, 100, spp, c.sample_rate, 1, A, 1);      /* claims class (A, 1, 1) */
+	PUT(0x55, 101, spp, c.sample_rate, 1, A, 1);
+	PUT(0x55, 102, spp, c.sample_rate, 1, A, 2);      /* other packet class code */
+	PUT(0x55, 103, spp, c.sample_rate, 0, 0, 0);      /* no class ID at all */
+	PUT(0x55, 104, spp, c.sample_rate, 1, A, 1);
+	PUT(0x55, 105, spp, c.sample_rate, 1, A ^ 1, 1);  /* other OUI */
+	PUT(0x56, 7, spp, c.sample_rate, 0, 0, 0);        /* claims "no class ID" */
+	PUT(0x56, 8, spp, c.sample_rate, 1, A, 1);
+	PUT(0x56, 9, spp, c.sample_rate, 0, 0, 0);
+#undef PUT
+	/* A context packet of stream 0x55 with its own packet class code. */
+	uint8_t pay[4];
+	pdma_vrt_put32(pay, 0);
+	struct pdma_vrt_packet v = { .type = PDMA_VRT_CONTEXT, .flags = PDMA_VRT_F_CLASS, .tsi = 1,
+				     .tsf = 1, .stream_id = 0x55, .oui = A, .icc = 1, .pcc = 2 };
+	put_slot(&r, i++, b, (uint32_t)pdma_vrt_build(&v, pay, sizeof(pay), b, SLOT));
+	pdma_dfr_process(&d, &r, 0, (uint32_t)i);
+
+	assert_int_equal(d.acct.malformed_by_code[PDMA_DFR_E_CLASS_CHANGE], 4);
+	struct pdma_stream_stats s;
+	assert_true(pdma_acct_stream(&d.acct, 0, &s));
+	assert_int_equal(s.stream_id, 0x55);
+	assert_int_equal(s.received, 3);                  /* 100, 101, 104 */
+	assert_int_equal(s.class_mismatch, 3);
+	assert_int_equal(s.malformed, 3);
+	assert_int_equal(s.context, 1);
+	assert_int_equal(s.lost, 2);                      /* 102, 103: never good */
+	for (uint64_t p = 100; p <= 105; p++)
+		assert_int_equal(d.t.tags[p % c.out_pkts], (p == 102 || p == 103 || p == 105) ? 0 : p + 1);
+	assert_true(pdma_acct_stream(&d.acct, 1, &s));
+	assert_int_equal(s.stream_id, 0x56);
+	assert_int_equal(s.received, 2);
+	assert_int_equal(s.class_mismatch, 1);
+	assert_int_equal(d.t.tags[c.out_pkts + 8], 0);
+	assert_int_equal(d.placed, 5);
+	assert_string_equal(pdma_dfr_strerror(-PDMA_DFR_E_CLASS_CHANGE), "class ID differs from the stream's");
+	pdma_ring_fini(&r);
+	pdma_dfr_fini(&d);
+}
+
 /* Each malformed form is counted under its reason, attributed to its stream
  * when the stream ID is readable, and never placed. */
 static void test_malformed_accounting(void **state)
@@ -542,6 +616,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_deframe_and_account),
 		cmocka_unit_test(test_malformed_accounting),
+		cmocka_unit_test(test_class_mismatch),
 		cmocka_unit_test(test_window),
 		cmocka_unit_test(test_gen),
 		cmocka_unit_test(test_divmod53),

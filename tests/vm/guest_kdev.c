@@ -5,7 +5,11 @@
  * the simulated DMA device moves bytes through the MR's key; munmap of the
  * registered buffer makes the kernel revoke the pin (MMU notifier), the event
  * reaches the library's event thread, and the key stops working: no stale
- * access to pages the process no longer owns.
+ * access to pages the process no longer owns. Then fork(): the child writes
+ * the registered memory, cannot register through the parent's domain
+ * (-ECHILD) and closes the inherited MR and domain; the parent's pin is not
+ * revoked (the kernel copied the pinned page for the child, so neither
+ * process's write replaced it) and its key still works.
  *
  * Then the kernel as the registration cache's host monitor (use_cache, the
  * default monitor with a kernel device): ROUNDS rounds (argv[1], default
@@ -25,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -211,6 +216,59 @@ static void cached_rounds(long rounds)
 	close(pagemap);
 }
 
+/* The child's half of fork_keeps_pin: exit status 0, or the step that failed. */
+static int fork_child(struct pdma_domain *d, struct pdma_mr *m, char *buf, size_t len)
+{
+	struct pdma_mr *cm;
+
+	memset(buf, 'C', len); /* the child writes to the registered memory */
+	if (pdma_mr_reg(d, buf, len, PDMA_REMOTE_READ, 0, 0, 0, &cm, NULL) != -ECHILD)
+		return 10;
+	if (pdma_mr_close(m))
+		return 11; /* must not unpin the parent's handle */
+	if (pdma_domain_close(d))
+		return 12; /* must not stop the parent's event thread */
+	return 0;
+}
+
+static void fork_keeps_pin(struct pdma_domain *d)
+{
+	const size_t len = 4 * 4096;
+	char *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct pdma_mr *m = NULL;
+	uint64_t ev0;
+	char out[8];
+	int st = -1;
+	pid_t pid;
+
+	memset(buf, 'P', len);
+	if (pdma_mr_reg(d, buf, len, PDMA_REMOTE_READ | PDMA_REMOTE_WRITE, 0, 0, 0, &m, NULL)) {
+		check(0, "fork: register host memory");
+		return;
+	}
+	ev0 = pdma_kdev_events(d->kdev);
+	pid = fork();
+	if (pid == 0)
+		_exit(fork_child(d, m, buf, len));
+	waitpid(pid, &st, 0);
+	check(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "fork: child writes the memory, gets -ECHILD, closes MR and domain (exit 0)");
+	if (WIFEXITED(st) && WEXITSTATUS(st))
+		printf("  child failed at step %d\n", WEXITSTATUS(st));
+	memset(buf + 4096, 'Q', 4096); /* the parent writes too */
+	sleep_ms(100);
+	check(pdma_kdev_events(d->kdev) == ev0,
+	      "fork: the parent's pin is not revoked (the kernel copied the page for the child)");
+	check(pdma_sim_dma_read(d, pdma_mr_key(m), (uintptr_t)buf, out, 4) == 0 &&
+		      !memcmp(out, "PPPP", 4),
+	      "fork: the parent's key still reads the parent's bytes");
+	check(pdma_sim_dma_write(d, pdma_mr_key(m), (uintptr_t)buf + 8192, "after", 5) == 0 &&
+		      !memcmp(buf + 8192, "after", 5),
+	      "fork: the parent's key still writes");
+	check(pdma_mr_close(m) == 0, "fork: the parent closes its MR");
+	munmap(buf, len);
+}
+
 int main(int argc, char **argv)
 {
 	const size_t len = 8 * 4096;
@@ -226,7 +284,7 @@ int main(int argc, char **argv)
 	ret = pdma_domain_open(&a, &d);
 	check(ret == 0, "domain with kernel_device opens /dev/peerdma");
 	if (ret) {
-		printf("kdev: %d passed, %d failed\n", passed, failed + 4);
+		printf("kdev: %d passed, %d failed\n", passed, failed + 9);
 		return 1;
 	}
 	check((pdma_kdev_caps(d->kdev) & 1) != 0, "module reports host pinning (CAP_HOST)");
@@ -249,6 +307,7 @@ int main(int argc, char **argv)
 	ret = pdma_sim_dma_read(d, key, (uintptr_t)buf + 5000, out, 6);
 	check(ret == -EFAULT, "the revoked MR's key no longer reaches memory (-EFAULT)");
 	check(m && pdma_mr_close(m) == 0, "close the revoked MR (unpins the kernel handle)");
+	fork_keeps_pin(d);
 	check(pdma_domain_close(d) == 0, "domain closes, kdev thread and file released");
 	cached_rounds(argc > 1 ? atol(argv[1]) : 4000);
 	printf("kdev: %d passed, %d failed\n", passed, failed);

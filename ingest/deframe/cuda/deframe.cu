@@ -390,6 +390,7 @@ static int g_reset(struct pdma_gpu_dfr *g)
 	size_t ns = g->c.max_streams, tags = ns * g->c.out_pkts;
 	CK(g, cudaMemset(g->t.keys, 0, ns * sizeof(uint64_t)));
 	CK(g, cudaMemset(g->t.plen, 0, ns * sizeof(uint32_t)));
+	CK(g, cudaMemset(g->t.cls, 0, ns * sizeof(uint64_t)));
 	CK(g, cudaMemset(g->t.tags, 0, tags * sizeof(uint64_t)));
 	CK(g, cudaMemset(g->t.out, 0, tags * g->c.max_payload));
 	CK(g, cudaMemset(g->d_pmax, 0, sizeof(uint32_t)));
@@ -414,6 +415,7 @@ static void g_close(struct pdma_gpu_dfr *g)
 		cudaFreeHost(g->hint_h);
 	cudaFree(g->t.keys);
 	cudaFree(g->t.plen);
+	cudaFree(g->t.cls);
 	cudaFree(g->t.tags);
 	cudaFree(g->t.out);
 	cudaFree(g->d_desc);
@@ -510,6 +512,7 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	OPEN_CK(cudaHostGetDevicePointer((void **)&g->hint_d, g->hint_h, 0));
 	OPEN_CK(cudaMalloc(&g->t.keys, ns * sizeof(uint64_t)));
 	OPEN_CK(cudaMalloc(&g->t.plen, ns * sizeof(uint32_t)));
+	OPEN_CK(cudaMalloc(&g->t.cls, ns * sizeof(uint64_t)));
 	OPEN_CK(cudaMalloc(&g->t.tags, tags * sizeof(uint64_t)));
 	OPEN_CK(cudaMalloc(&g->t.out, tags * c->max_payload));
 	for (int i = 0; i < 2; i++) {
@@ -646,6 +649,7 @@ static int g_read_tables(struct pdma_gpu_dfr *g, struct pdma_dfr_tables *t)
 	size_t ns = g->c.max_streams, tags = ns * g->c.out_pkts;
 	CK(g, cudaMemcpy(t->keys, g->t.keys, ns * sizeof(uint64_t), cudaMemcpyDeviceToHost));
 	CK(g, cudaMemcpy(t->plen, g->t.plen, ns * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+	CK(g, cudaMemcpy(t->cls, g->t.cls, ns * sizeof(uint64_t), cudaMemcpyDeviceToHost));
 	CK(g, cudaMemcpy(t->tags, g->t.tags, tags * sizeof(uint64_t), cudaMemcpyDeviceToHost));
 	CK(g, cudaMemcpy(t->out, g->t.out, tags * g->c.max_payload, cudaMemcpyDeviceToHost));
 	return 0;

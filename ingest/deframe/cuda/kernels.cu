@@ -161,6 +161,19 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 	}
 	if (cur != r.payload_len)
 		return -PDMA_DFR_E_SIZE_CHANGE;
+	/* The class ID check of pdma_dfr_class_ok_host(): the first data
+	 * packet's class claims the stream's slot. */
+	{
+		unsigned long long *cl = (unsigned long long *)&t.cls[idx];
+		unsigned long long k = *(volatile unsigned long long *)cl;
+		if (k == 0) {
+			k = atomicCAS(cl, 0ull, (unsigned long long)r.cls);
+			if (k == 0)
+				k = r.cls;
+		}
+		if (k != r.cls)
+			return -PDMA_DFR_E_CLASS_CHANGE;
+	}
 	uint32_t pr;
 	if (r.pkt < (1ull << 53))
 		pdma_dfr_divmod53(r.pkt, c.out_pkts, &pr); /* no 64-bit division (see there) */

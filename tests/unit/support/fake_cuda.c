@@ -243,9 +243,63 @@ static pdma_cu_result f_free(pdma_cu_ptr p)
 }
 static pdma_cu_result f_unmap(pdma_cu_ptr p, size_t size)
 {
-	(void)size;
+	int n = 0;
+
 	F.notified_before_free = F.notified;
-	return ffind(p) ? 0 : PDMA_CU_ERROR_INVALID_VALUE;
+	for (int i = 0; i < 32; i++) {
+		struct falloc *a = &F.a[i];
+
+		if (a->live && a->base < p + size && p < a->base + a->size) {
+			a->live = 0;
+			n++;
+		}
+	}
+	F.unmaps += n;
+	return n ? 0 : PDMA_CU_ERROR_INVALID_VALUE;
+}
+static pdma_cu_result f_memalloc(pdma_cu_ptr *p, size_t size)
+{
+	struct falloc *a = fadd(F.alloc_at, size, PDMA_CU_MEMORYTYPE_DEVICE, 0);
+
+	*p = a->base;
+	return 0;
+}
+
+struct falloc *fake_vmm_map(uint64_t va, size_t size)
+{
+	return fadd(va, size, PDMA_CU_MEMORYTYPE_DEVICE, 0);
+}
+
+pdma_cu_ipc_mem_handle fake_ipc_handle(const struct falloc *a)
+{
+	pdma_cu_ipc_mem_handle h;
+
+	memset(&h, 0, sizeof(h));
+	memcpy(h.reserved, &a->size, sizeof(a->size));
+	return h;
+}
+
+static pdma_cu_result f_ipcopen(pdma_cu_ptr *p, pdma_cu_ipc_mem_handle h, unsigned int flags)
+{
+	size_t size;
+
+	if (flags != PDMA_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+		return PDMA_CU_ERROR_INVALID_VALUE;
+	memcpy(&size, h.reserved, sizeof(size));
+	/* The importer's mapping: its own range and buffer ID in this process. */
+	*p = fadd(F.alloc_at, size, PDMA_CU_MEMORYTYPE_DEVICE, 0)->base;
+	F.ipc_opens++;
+	return 0;
+}
+static pdma_cu_result f_ipcclose(pdma_cu_ptr p)
+{
+	struct falloc *a = ffind(p);
+
+	if (!a || a->base != p)
+		return PDMA_CU_ERROR_INVALID_VALUE;
+	a->live = 0;
+	F.ipc_closes++;
+	return 0;
 }
 static pdma_cu_result f_ctxdestroy(pdma_cu_ctx c)
 {
@@ -279,8 +333,11 @@ struct pdma_cu_api fake_api = {
 	.MemHostRegister = f_hostreg,
 	.MemHostUnregister = f_hostunreg,
 	.FlushGPUDirectRDMAWrites = f_flush,
+	.MemAlloc = f_memalloc,
 	.MemFree = f_free,
 	.MemUnmap = f_unmap,
+	.IpcOpenMemHandle = f_ipcopen,
+	.IpcCloseMemHandle = f_ipcclose,
 	.CtxDestroy = f_ctxdestroy,
 };
 

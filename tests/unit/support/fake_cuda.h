@@ -44,6 +44,8 @@ struct fake {
 	unsigned int last_nattrs;   /* attributes asked in the last cuPointerGetAttributes */
 	int free_during_setattr;    /* a concurrent free lands in the middle of a pin */
 	int attr_calls;             /* pointer attribute queries */
+	uint64_t alloc_at;          /* where the next cuMemAlloc / IPC open maps */
+	int ipc_opens, ipc_closes, unmaps;
 };
 
 /* The fake driver's state (zeroed by setup()). */
@@ -54,6 +56,13 @@ extern struct pdma_cuda *cu;
 
 struct falloc *ffind(uint64_t p);
 struct falloc *fadd(uint64_t base, size_t size, int type, int managed);
+/* A VMM mapping (cuMemCreate + cuMemAddressReserve + cuMemMap, which no
+ * hook sees) of size bytes at va: a new allocation with a new buffer ID. */
+struct falloc *fake_vmm_map(uint64_t va, size_t size);
+/* The exporter's side of CUDA IPC: a handle naming allocation a (its buffer
+ * ID), which fake_api.IpcOpenMemHandle maps at F.alloc_at as a new
+ * allocation of this process. */
+pdma_cu_ipc_mem_handle fake_ipc_handle(const struct falloc *a);
 /* cmocka fixtures: inject the fake (one device, dma-buf capable), open cu. */
 int setup(void **state);
 /* The same with a device that cannot export dma-bufs. */

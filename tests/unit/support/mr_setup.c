@@ -6,7 +6,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
+#include <unistd.h>
 #include <sys/uio.h>
+
+#include "cache/cache.h"
+#include "monitor/monitor.h"
+#include "mr/domain.h"
 
 #include "support/mr_setup.h"
 
@@ -40,4 +46,42 @@ struct pdma_mr *reg_sim(struct pdma_domain *d, void *buf, size_t len, uint64_t a
 
 	assert_int_equal(pdma_mr_regattr(d, &a, 0, &m), 0);
 	return m;
+}
+
+struct pdma_domain *dom_open_cached(void)
+{
+	struct pdma_domain_attr a;
+	struct pdma_domain *d = NULL;
+
+	pdma_domain_attr_init(&a);
+	a.use_cache = 1;
+	return pdma_domain_open(&a, &d) ? NULL : d;
+}
+
+bool dom_host_cached(struct pdma_domain *d)
+{
+	struct pdma_cache_stats s;
+
+	pdma_cache_get_stats(d->cache, &s);
+	return s.mode[PDMA_HMEM_SYSTEM] == PDMA_CACHE_MODE_TRUST;
+}
+
+void uffd_settle(void)
+{
+	while (atomic_load(&pdma_uffd_seq) & 1)
+		usleep(100);
+}
+
+long vmlck_kib(void)
+{
+	char line[256];
+	long v = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmLck: %ld kB", &v) == 1)
+			break;
+	fclose(f);
+	return v;
 }

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: MIT
+/*
+ * fork() while other threads use the same cached domain (issue 17, section
+ * 4): a thread registers, closes and unmaps host memory in a loop (so the
+ * userfaultfd monitor thread invalidates, taking the cache's locks, at any
+ * moment), while the main thread forks again and again. Each child uses the
+ * inherited domain at once: it must neither hang on a lock that a thread of
+ * the parent held at the fork (an alarm ends a hung child) nor be handed the
+ * parent's cached region, and its device transfers must work.
+ *
+ * Before the fix the children's registrations were hits on the parent's
+ * cached region (exit status 11).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "mr/domain.h"
+#include "peerdma/mr.h"
+#include "mem/sim.h"
+#include "support/mr_setup.h"
+
+#define HPG 4096 /* host page */
+
+struct churn {
+	struct pdma_domain *d;
+	atomic_bool stop;
+	atomic_long rounds;
+};
+
+/* Register, close (cached), unmap (the monitor drops it), map again. */
+static void *churn_main(void *arg)
+{
+	struct churn *c = arg;
+
+	while (!atomic_load(&c->stop)) {
+		char *p = mmap(NULL, 4 * HPG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			       -1, 0);
+		struct pdma_mr *m;
+
+		if (p == MAP_FAILED)
+			break;
+		memset(p, 7, 4 * HPG);
+		if (pdma_mr_reg(c->d, p, 4 * HPG, RW, 0, 0, 0, &m, NULL) == 0)
+			pdma_mr_close(m);
+		munmap(p, 4 * HPG);
+		atomic_fetch_add(&c->rounds, 1);
+	}
+	return NULL;
+}
+
+static int child_main(struct pdma_domain *d, char *buf, const struct pdma_region *parents)
+{
+	struct pdma_mr *m;
+	char tmp[4];
+
+	alarm(20); /* a hung child is a failure, not a hung test */
+	memset(buf, 'C', HPG);
+	if (pdma_mr_reg(d, buf, 2 * HPG, RW, 0, 0, 0, &m, NULL))
+		return 10;
+	if (m->segs[0].region == parents)
+		return 11;
+	if (pdma_sim_dma_write(d, pdma_mr_key(m), (uintptr_t)buf + 8, "kid", 3) ||
+	    memcmp(buf + 8, "kid", 3))
+		return 12;
+	if (pdma_sim_dma_read(d, pdma_mr_key(m), (uintptr_t)buf + 100, tmp, 4) ||
+	    memcmp(tmp, "CCCC", 4))
+		return 13;
+	if (pdma_mr_close(m))
+		return 14;
+	return 0;
+}
+
+static void test_fork_during_churn(void **state)
+{
+	struct churn c = { .d = dom_open_cached() };
+	const int forks = getenv("PEERDMA_VALGRIND") ? 5 : 40;
+	struct pdma_mr *pm;
+	pthread_t th;
+	char *buf, tmp[4];
+
+	(void)state;
+	assert_non_null(c.d);
+	buf = mmap(NULL, 2 * HPG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(buf != MAP_FAILED);
+	memset(buf, 'P', 2 * HPG);
+	assert_int_equal(pdma_mr_reg(c.d, buf, 2 * HPG, RW, 0, 0, 0, &pm, NULL), 0);
+	assert_int_equal(pthread_create(&th, NULL, churn_main, &c), 0);
+	for (int i = 0; i < forks; i++) {
+		long r0 = atomic_load(&c.rounds);
+		int st;
+		pid_t pid;
+
+		/* Fork while the churn thread is somewhere in its loop. */
+		while (atomic_load(&c.rounds) == r0)
+			sched_yield();
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			_exit(child_main(c.d, buf, pm->segs[0].region));
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		if (!WIFEXITED(st))
+			fail_msg("child %d ended by signal %d (hung: alarm)", i, WTERMSIG(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+	}
+	atomic_store(&c.stop, true);
+	pthread_join(th, NULL);
+	/* The children wrote their copies only. */
+	assert_int_equal(pdma_sim_dma_read(c.d, pdma_mr_key(pm), (uintptr_t)buf + 8, tmp, 3), 0);
+	assert_memory_equal(tmp, "PPP", 3);
+	assert_int_equal(pdma_mr_close(pm), 0);
+	assert_int_equal(pdma_domain_close(c.d), 0);
+	assert_int_equal(munmap(buf, 2 * HPG), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fork_during_churn),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
