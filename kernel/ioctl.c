@@ -62,7 +62,7 @@ static int pdma_ioc_version(struct pdma_file *f, union pdma_ioc_args *a,
 		return -EINVAL;
 	v.abi_version = PEERDMA_ABI_VERSION;
 	v.caps = PEERDMA_CAP_HOST | PEERDMA_CAP_GPU | PEERDMA_CAP_DMABUF |
-		 PEERDMA_CAP_EVENTS | PEERDMA_CAP_SPLIT_4K;
+		 PEERDMA_CAP_EVENTS | PEERDMA_CAP_SPLIT_4K | PEERDMA_CAP_REVOKE_COUNT;
 	if (pdma_nvp2p_persistent)
 		v.caps |= PEERDMA_CAP_GPU_PERSISTENT;
 	return pdma_copy_out(u, &v, sizeof(v));

@@ -48,6 +48,7 @@ static void pdma_file_free(struct kref *ref)
 	struct pdma_file *f = container_of(ref, struct pdma_file, ref);
 
 	xa_destroy(&f->handles);
+	pdma_counters_free(f);
 	mmdrop(f->mm);
 	kfree(f);
 }
@@ -66,6 +67,10 @@ static int pdma_open(struct inode *inode, struct file *file)
 	f = kzalloc(sizeof(*f), GFP_KERNEL);
 	if (!f)
 		return -ENOMEM;
+	if (pdma_counters_alloc(f)) {
+		kfree(f);
+		return -ENOMEM;
+	}
 	kref_init(&f->ref);
 	f->mm = current->mm;
 	mmgrab(f->mm);
@@ -115,6 +120,7 @@ static const struct file_operations pdma_fops = {
 	.compat_ioctl = compat_ptr_ioctl,
 	.read = pdma_read,
 	.poll = pdma_poll,
+	.mmap = pdma_mmap,
 	.llseek = no_llseek,
 };
 

@@ -59,6 +59,8 @@ struct pdma_file {
 	struct list_head events;	/* pdma_pin.ev_node, ref held */
 	bool closed;			/* under ev_lock: no more events */
 	wait_queue_head_t wq;
+	struct page *counters_page;	/* mapped read-only by the opener */
+	struct peerdma_counters *counters;	/* its address; updates under ev_lock */
 };
 
 struct peerdma_client {
@@ -196,6 +198,12 @@ void pdma_event_queue(struct pdma_pin *pin, u32 reason);
 ssize_t pdma_read(struct file *file, char __user *buf, size_t count, loff_t *ppos);
 __poll_t pdma_poll(struct file *file, struct poll_table_struct *wait);
 void pdma_events_drain(struct pdma_file *f);
+
+/* counters.c */
+int pdma_counters_alloc(struct pdma_file *f);
+void pdma_counters_free(struct pdma_file *f);
+void pdma_counters_revoke(struct pdma_file *f);
+int pdma_mmap(struct file *file, struct vm_area_struct *vma);
 
 /* client.c */
 void pdma_clients_quiesce(struct pdma_pin *pin, bool revoking);

@@ -92,6 +92,8 @@ bool pdma_pin_revoke_begin(struct pdma_pin *pin)
 
 	if (old == PDMA_LIVE) {
 		atomic64_inc(&pdma_revokes);
+		/* synchronously, within the revoking call: the event comes later */
+		pdma_counters_revoke(pin->file);
 		pdma_clients_quiesce(pin, true);
 		return true;
 	}

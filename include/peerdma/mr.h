@@ -133,8 +133,34 @@ struct pdma_domain_attr {
 	const char *kernel_device; /* non-NULL (e.g. "/dev/peerdma"): pin host memory through
 				    * the kernel module (pin_user_pages + MMU notifier, revocation
 				    * events), a DMA pin; without it host memory is checked, not
-				    * pinned (see above); open fails if it is absent */
+				    * pinned (see above); open fails if it is absent. With
+				    * use_cache, the module is also the cache's host memory
+				    * monitor ("kernel", the default; see below) */
 };
+
+/*
+ * Host memory monitors of the registration cache (use_cache; environment
+ * PEERDMA_MR_CACHE_MONITOR=kernel|userfaultfd|memhooks|disabled). Default:
+ * "kernel" when the domain has a kernel_device whose module counts
+ * revocations (ABI 1.2, PEERDMA_CAP_REVOKE_COUNT), else "userfaultfd" if the
+ * kernel allows it, else "memhooks" if libc's entry points can be patched,
+ * else host memory is not cached.
+ *
+ * The kernel monitor's guarantee: every cached host registration is a pin of
+ * peerdma.ko's, watched by an MMU notifier on its pages. Any change of the
+ * pages behind it (munmap, mmap MAP_FIXED over it, mremap, madvise
+ * MADV_DONTNEED/FREE/REMOVE, brk shrinking, free() that unmaps, exit) revokes
+ * the pin inside that call, and the next registration of host memory in this
+ * domain, in any thread, first handles every revocation that began before it:
+ * once munmap() has returned, no registration is ever served from the old
+ * pages. It needs neither userfaultfd (which Docker's default seccomp profile
+ * and vm.unprivileged_userfaultfd=0 block) nor patched code, only read/write
+ * access to the device node. Cost: one load and a compare per host cache
+ * lookup; a revocation costs an event read by the next lookup (or the
+ * library's event thread), a few microseconds. Closed, cached registrations
+ * hold pinned (not mlocked) pages: the application's own munmap, madvise and
+ * free succeed and simply drop them.
+ */
 
 /* Fills *attr with defaults: PDMA_MR_BASIC|LOCAL|HMEM, 8-byte keys, 4 iovs. */
 void pdma_domain_attr_init(struct pdma_domain_attr *attr);
@@ -144,12 +170,15 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **d
 int pdma_domain_close(struct pdma_domain *domain);
 /* Effective attributes after defaults were applied. */
 int pdma_domain_query(const struct pdma_domain *domain, struct pdma_domain_attr *attr);
-/* The host monitor the domain's registration cache runs: "userfaultfd",
- * "memhooks", or "none" when host memory is not cached (no monitor could
- * start; PEERDMA_MR_CACHE_MONITOR=disabled); NULL without use_cache. Host
- * memory is cached only where a monitor sees every change to it: private
- * anonymous memory (heap, anonymous mmap, stacks); shared and file-backed
- * mappings are registered uncached (README.md, "Registration cache"). */
+/* The host monitor the domain's registration cache runs: "kernel",
+ * "userfaultfd", "memhooks", or "none" when host memory is not cached (no
+ * monitor could start; PEERDMA_MR_CACHE_MONITOR=disabled); NULL without
+ * use_cache. Host memory is cached only where a monitor sees every change to
+ * it: under "userfaultfd" and "memhooks" private anonymous memory (heap,
+ * anonymous mmap, stacks), shared and file-backed mappings being registered
+ * uncached (README.md, "Registration cache"); under "kernel" any memory the
+ * module pins, because the MMU notifier also sees another process's hole
+ * punch or truncate. */
 const char *pdma_domain_cache_monitor(const struct pdma_domain *domain);
 
 struct pdma_mr_attr {

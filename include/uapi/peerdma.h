@@ -57,6 +57,24 @@
  * EAGAIN with O_NONBLOCK); poll() reports EPOLLIN while any is queued. Each
  * revoked handle produces exactly one event; the handle stays allocated (state
  * REVOKED) until PEERDMA_IOC_UNPIN.
+ *
+ * Revocation counter (since ABI 1.2, PEERDMA_CAP_REVOKE_COUNT): an event is
+ * queued once the pages are released, which may be after the munmap() (or
+ * madvise, mremap...) that revoked the pin has returned. So that user space can
+ * know synchronously that a revocation happened, each file has a counter of its
+ * revocations, incremented inside the revoking call (for host memory, in the
+ * MMU notifier: before munmap() returns), and readable without a system call:
+ *   mmap(NULL, page size, PROT_READ, MAP_SHARED, fd, PEERDMA_MMAP_COUNTERS)
+ * maps one read-only page that starts with struct peerdma_counters. Only the
+ * process that opened the file may map it (else EACCES); PROT_WRITE or
+ * PROT_EXEC, MAP_PRIVATE, a length other than one page or another offset:
+ * EINVAL (EPERM for PROT_WRITE/PROT_EXEC), and mprotect() cannot add them
+ * later. Every revocation counted is followed by exactly one event (unless the
+ * file is closed), so "revokes == events read" means every revocation that
+ * began before the counter was read has been seen; while they differ, the
+ * missing events are on their way (read() them, poll() for them). A forked
+ * child keeps the mapping read-only; the mapping, like the fd, keeps the file
+ * open (its pins live) until it is unmapped.
  */
 #ifndef _UAPI_PEERDMA_H
 #define _UAPI_PEERDMA_H
@@ -65,7 +83,7 @@
 #include <linux/types.h>
 
 #define PEERDMA_ABI_MAJOR 1
-#define PEERDMA_ABI_MINOR 1
+#define PEERDMA_ABI_MINOR 2
 #define PEERDMA_ABI_VERSION ((PEERDMA_ABI_MAJOR << 16) | PEERDMA_ABI_MINOR)
 
 #define PEERDMA_DEVICE "/dev/peerdma"
@@ -79,6 +97,7 @@
 #define PEERDMA_CAP_DMABUF		(1ULL << 3)	/* dma-buf import */
 #define PEERDMA_CAP_EVENTS		(1ULL << 4)	/* read()/poll() events */
 #define PEERDMA_CAP_SPLIT_4K		(1ULL << 5)	/* PEERDMA_PIN_SPLIT_4K */
+#define PEERDMA_CAP_REVOKE_COUNT	(1ULL << 6)	/* mmap: struct peerdma_counters */
 
 struct peerdma_version {
 	__u32 size;
@@ -165,6 +184,19 @@ struct peerdma_event {
 	__u64 user_data;
 	__u32 reason;		/* PEERDMA_EVENT_* */
 	__u32 pad;
+};
+
+/* mmap offset of the counter page (PEERDMA_CAP_REVOKE_COUNT) */
+#define PEERDMA_MMAP_COUNTERS	0
+
+/*
+ * The counter page. Written by the module only, each field in one 64-bit store
+ * (WRITE_ONCE under the file's event lock: it never goes backwards); read it
+ * with an acquire load (__atomic_load_n(&c->revokes, __ATOMIC_ACQUIRE)). The
+ * rest of the page reads zero and may gain fields in a later minor.
+ */
+struct peerdma_counters {
+	__u64 revokes;		/* handles of this file revoked so far */
 };
 
 /*

@@ -68,6 +68,16 @@
  *  - Host memory (userfaultfd monitor): before a lookup of host memory the
  *    caller waits while the monitor thread is handling events (one load), so
  *    an munmap that has returned is always reflected in the index.
+ *  - Host memory (kernel monitor, the default when the domain has a kernel
+ *    device that counts revocations): every cached host region is a pin of
+ *    peerdma.ko's, watched by its own MMU notifier, which counts the
+ *    revocation in a page mapped from /dev/peerdma before the munmap,
+ *    madvise, mremap... returns. Before a lookup of host memory the caller
+ *    compares that counter with the events handled (one load each) and, when
+ *    they differ, handles the pending events itself (pdma_kdev_sync), so here
+ *    too an munmap that has returned is always reflected in the index. Host
+ *    regions pinned any other way are handed out uncached. If the events
+ *    cannot be handled (a module bug), every host region is dropped.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -288,7 +298,7 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 	struct pdma_cache *c;
 	int ret;
 
-	if (!attr || !cache || (unsigned)attr->monitor > PDMA_CACHE_MONITOR_MEMHOOKS)
+	if (!attr || !cache || (unsigned)attr->monitor > PDMA_CACHE_MONITOR_KERNEL)
 		return -EINVAL;
 	for (int i = 0; i < PDMA_CACHE_NIFACE; i++)
 		if ((unsigned)attr->mode[i] > PDMA_CACHE_MODE_TRUST_WATCHED)
@@ -316,8 +326,16 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 
 	/* Host memory: cached only with a monitor that runs. */
 	c->st.monitor = PDMA_CACHE_MONITOR_DISABLED;
+	/* The kernel monitor first: it needs neither userfaultfd (blocked in
+	 * containers) nor code patching, and it watches every pinned page. */
 	if (!c->passthrough && (attr->monitor == PDMA_CACHE_MONITOR_DEFAULT ||
-				attr->monitor == PDMA_CACHE_MONITOR_USERFAULTFD)) {
+				attr->monitor == PDMA_CACHE_MONITOR_KERNEL) &&
+	    pdma_kdev_monitor_ok(attr->kdev)) {
+		c->kdev = attr->kdev;
+		c->st.monitor = PDMA_CACHE_MONITOR_KERNEL;
+	}
+	if (!c->passthrough && !c->kdev && (attr->monitor == PDMA_CACHE_MONITOR_DEFAULT ||
+					    attr->monitor == PDMA_CACHE_MONITOR_USERFAULTFD)) {
 		if (pdma_uffd_monitor_start() == 0) {
 			c->uffd = true;
 			c->st.monitor = PDMA_CACHE_MONITOR_USERFAULTFD;
@@ -326,7 +344,8 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 	/* The default falls back to memhooks where userfaultfd is refused
 	 * (seccomp, as Docker's default profile; unprivileged users). */
 	if (!c->passthrough && (attr->monitor == PDMA_CACHE_MONITOR_MEMHOOKS ||
-				(attr->monitor == PDMA_CACHE_MONITOR_DEFAULT && !c->uffd))) {
+				(attr->monitor == PDMA_CACHE_MONITOR_DEFAULT && !c->uffd &&
+				 !c->kdev))) {
 		if (pdma_memhooks_monitor_start() == 0) {
 			c->memhooks = true;
 			c->st.monitor = PDMA_CACHE_MONITOR_MEMHOOKS;
@@ -337,7 +356,7 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 
 		if (m == PDMA_CACHE_MODE_DEFAULT)
 			m = i == PDMA_HMEM_CUDA ? PDMA_CACHE_MODE_TAG_CHECK : PDMA_CACHE_MODE_TRUST;
-		if (i == PDMA_HMEM_SYSTEM && !c->uffd && !c->memhooks)
+		if (i == PDMA_HMEM_SYSTEM && !c->uffd && !c->memhooks && !c->kdev)
 			m = PDMA_CACHE_MODE_OFF;
 		if (c->passthrough)
 			m = PDMA_CACHE_MODE_OFF;
@@ -504,6 +523,20 @@ static inline void uffd_wait(void)
 		sched_yield();
 }
 
+/* Kernel monitor: handle every revocation that began before the lookup. */
+static inline void kernel_sync(struct pdma_cache *c)
+{
+	if (unlikely(pdma_kdev_sync(c->kdev)))
+		invalidate(c, PDMA_HMEM_SYSTEM, 0, UINT64_MAX, false);
+}
+
+/* Is a host region of (ops, be) watched by the kernel monitor? */
+static inline bool kernel_watched(const struct pdma_cache *c, const struct pdma_mem_ops *ops,
+				  const void *be)
+{
+	return ops == &pdma_mem_kdev_host_ops && be == c->kdev;
+}
+
 /*
  * The miss path (and every get when the interface is not cached): look again
  * under the lock, make room for the limits, pin outside the lock (evicting
@@ -625,6 +658,8 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 		watched = pdma_vma_private_anon(s, plen);
 	if (watched && iface == PDMA_HMEM_SYSTEM && c->uffd)
 		watched = pdma_uffd_monitor_watch(s, plen) == 0;
+	if (iface == PDMA_HMEM_SYSTEM && c->kdev)
+		watched = kernel_watched(c, ops, be);
 
 	pthread_mutex_lock(&c->lock);
 	if (!atomic_load_explicit(&e->r.valid, memory_order_acquire) ||
@@ -686,6 +721,8 @@ int pdma_cache_get(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *b
 		return get_slow(c, ops, be, iface, addr, len, s, end, alloc, region);
 	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
 		uffd_wait();
+	if (iface == PDMA_HMEM_SYSTEM && c->kdev)
+		kernel_sync(c);
 	/* The common case inline: the region starts on the request's first
 	 * page and heads its hash chain. */
 	{
@@ -720,6 +757,8 @@ int pdma_cache_find(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 		return -EINVAL;
 	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
 		uffd_wait();
+	if (iface == PDMA_HMEM_SYSTEM && c->kdev)
+		kernel_sync(c);
 	e = pdma_cache_lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
 	if (!e)
 		return -ENOENT;

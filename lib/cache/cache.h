@@ -21,6 +21,7 @@
 #include <stdbool.h>
 
 #include "cache/region.h"
+#include "mem/kdev.h"
 #include "monitor/monitor.h"
 
 struct pdma_cache;
@@ -28,12 +29,17 @@ struct pdma_cache;
 /* Host memory monitor (PEERDMA_MR_CACHE_MONITOR): what tells the cache that
  * host memory was unmapped or remapped. Without one, host memory is not cached. */
 enum pdma_cache_monitor {
-	PDMA_CACHE_MONITOR_DEFAULT = 0,   /* userfaultfd if the kernel allows it, else disabled */
+	PDMA_CACHE_MONITOR_DEFAULT = 0,   /* kernel if attr.kdev can be a monitor, else
+					   * userfaultfd if the kernel allows it, else
+					   * memhooks if it can patch libc, else disabled */
 	PDMA_CACHE_MONITOR_DISABLED,      /* host memory is never cached */
 	PDMA_CACHE_MONITOR_USERFAULTFD,   /* kernel unmap/remap/remove events (lib/monitor/uffd.c) */
 	PDMA_CACHE_MONITOR_MEMHOOKS,      /* interposed munmap/mremap/madvise/brk/sbrk
 					   * (lib/monitor/memhooks.c; misses libc-internal
 					   * unmaps such as free()) */
+	PDMA_CACHE_MONITOR_KERNEL,        /* peerdma.ko's MMU notifier on each host pin
+					   * (attr.kdev, lib/mem/kdev.c): no userfaultfd, no
+					   * code patching, so it works in containers */
 };
 
 /* How the cache keeps regions of one memory interface from going stale. */
@@ -72,11 +78,15 @@ struct pdma_cache_attr {
 	size_t max_count;
 	enum pdma_cache_monitor monitor;
 	enum pdma_cache_mode mode[PDMA_CACHE_NIFACE]; /* indexed by enum pdma_hmem_iface */
+	/* The domain's /dev/peerdma backend (NULL: none): the source of the
+	 * kernel monitor. Host regions are then cached only when pinned through
+	 * it (pdma_mem_kdev_host_ops with be == kdev). Not from the environment. */
+	struct pdma_kdev *kdev;
 };
 
 /* Defaults, then PEERDMA_MR_CACHE_MAX_SIZE (bytes, K/M/G suffix allowed),
  * PEERDMA_MR_CACHE_MAX_COUNT (0 disables caching), PEERDMA_MR_CACHE_MONITOR
- * (userfaultfd | memhooks | disabled), PEERDMA_MR_CUDA_CACHE_MONITOR_ENABLED
+ * (kernel | userfaultfd | memhooks | disabled), PEERDMA_MR_CUDA_CACHE_MONITOR_ENABLED
  * (0: CUDA memory is not cached; 1, the default: cached, verified per use by
  * buffer ID) and PEERDMA_MR_CUDA_CACHE_TAG_CHECK (0: TRUST: trust the CUDA free
  * hooks, pdma_monitor_notify(PDMA_HMEM_CUDA, ...), instead of per-use checks,

@@ -112,6 +112,7 @@ struct pdma_cache {
 	enum pdma_cache_mode mode[PDMA_CACHE_NIFACE];
 	bool uffd;
 	bool memhooks;
+	struct pdma_kdev *kdev;        /* kernel monitor: its source, else NULL */
 	bool passthrough;              /* max_count == 0 */
 	struct entry *_Atomic head[SL_MAX] __attribute__((aligned(64)));
 

@@ -68,6 +68,8 @@ void pdma_cache_attr_from_env(struct pdma_cache_attr *attr)
 		attr->monitor = PDMA_CACHE_MONITOR_MEMHOOKS;
 	else if (v && !strcmp(v, "disabled"))
 		attr->monitor = PDMA_CACHE_MONITOR_DISABLED;
+	else if (v && !strcmp(v, "kernel"))
+		attr->monitor = PDMA_CACHE_MONITOR_KERNEL;
 	v = getenv("PEERDMA_MR_CUDA_CACHE_MONITOR_ENABLED");
 	if (v && !strcmp(v, "0"))
 		attr->mode[PDMA_HMEM_CUDA] = PDMA_CACHE_MODE_OFF;

@@ -19,15 +19,27 @@
  * Ownership between a revocation and an unpin is decided under the backend
  * lock exactly as in the sim backend: the event marks the pin REVOKING and
  * runs the callback unlocked; an unpin meeting a REVOKING pin waits for DEAD.
+ *
+ * Synchronous monitor (pdma_kdev_sync, the cache's "kernel" monitor): the
+ * module counts each revocation in a read-only page mapped from the file
+ * (PEERDMA_CAP_REVOKE_COUNT) inside the revoking call, before munmap()
+ * returns, while its event is queued once the pages are released, possibly
+ * later. A caller that finds the counter ahead of the events handled reads
+ * and handles them itself, waiting (poll) for those still on their way, so
+ * what a returned munmap() revoked is handled before the caller goes on. The
+ * event thread and such callers take turns under drain_lock: events are
+ * handled in order, and "handled" counts only finished ones.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <uthash.h>
 
@@ -58,10 +70,14 @@ struct pdma_kdev {
 	pthread_mutex_t lock;
 	pthread_cond_t dead;
 	struct kpin *pins; /* uthash by handle */
-	uint64_t events;
+	pthread_mutex_t drain_lock; /* one reader of events at a time, in order */
+	_Atomic uint64_t handled;   /* events read and handled (callbacks done) */
+	const struct peerdma_counters *counters; /* mapped read-only; NULL: old module */
 	uint64_t fork_gen; /* pdma_fork_gen() at open: another value means a child */
 };
 
+/* Under drain_lock: read what is queued and handle it. Returns the number of
+ * events handled (0: none queued) or -errno. */
 static int kdev_events_drain(struct pdma_kdev *k)
 {
 	struct peerdma_event ev[16];
@@ -73,23 +89,68 @@ static int kdev_events_drain(struct pdma_kdev *k)
 		struct kpin *p;
 
 		pthread_mutex_lock(&k->lock);
-		k->events++;
 		HASH_FIND(hh, k->pins, &ev[i].handle, sizeof(ev[i].handle), p);
 		if (p && p->state == KPIN_LIVE)
 			p->state = KPIN_REVOKING;
 		else
 			p = NULL; /* unpinned meanwhile: its owner already let go */
 		pthread_mutex_unlock(&k->lock);
-		if (!p)
-			continue;
-		pdma_monitor_notify(p->iface, p->addr, p->len);
-		p->revoke(p->arg);
-		pthread_mutex_lock(&k->lock);
-		p->state = KPIN_DEAD;
-		pthread_cond_broadcast(&k->dead);
-		pthread_mutex_unlock(&k->lock);
+		if (p) {
+			pdma_monitor_notify(p->iface, p->addr, p->len);
+			p->revoke(p->arg);
+			pthread_mutex_lock(&k->lock);
+			p->state = KPIN_DEAD;
+			pthread_cond_broadcast(&k->dead);
+			pthread_mutex_unlock(&k->lock);
+		}
+		atomic_fetch_add_explicit(&k->handled, 1, memory_order_release);
 	}
-	return 0;
+	return (int)((size_t)n / sizeof(ev[0]));
+}
+
+static inline uint64_t kdev_revokes(const struct pdma_kdev *k)
+{
+	return __atomic_load_n(&k->counters->revokes, __ATOMIC_ACQUIRE);
+}
+
+bool pdma_kdev_monitor_ok(const struct pdma_kdev *k)
+{
+	return k && k->counters;
+}
+
+int pdma_kdev_sync(struct pdma_kdev *k)
+{
+	uint64_t want = kdev_revokes(k);
+	int ret = 0, waited = 0;
+
+	if (__builtin_expect(atomic_load_explicit(&k->handled, memory_order_acquire) >= want, 1))
+		return 0;
+	/* A child sees the parent's counter but cannot read its events (nor
+	 * take a lock the fork may have copied held). */
+	if (k->fork_gen != pdma_fork_gen())
+		return -ECHILD;
+	pthread_mutex_lock(&k->drain_lock);
+	while (atomic_load_explicit(&k->handled, memory_order_acquire) < want) {
+		struct pollfd pfd = { .fd = k->fd, .events = POLLIN };
+
+		ret = kdev_events_drain(k);
+		if (ret < 0)
+			break;
+		if (ret > 0)
+			continue;
+		/* Counted but not queued yet: the module releases the pages
+		 * first (a workqueue item, microseconds). A revocation that is
+		 * never followed by its event is a module bug: give up after
+		 * PDMA_KDEV_SYNC_WAIT_MS rather than hang the caller. */
+		if (waited >= PDMA_KDEV_SYNC_WAIT_MS) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+		if (poll(&pfd, 1, 10) == 0)
+			waited += 10;
+	}
+	pthread_mutex_unlock(&k->drain_lock);
+	return ret < 0 ? ret : 0;
 }
 
 static void *kdev_thread(void *arg)
@@ -106,8 +167,15 @@ static void *kdev_thread(void *arg)
 		}
 		if (pfd[1].revents)
 			break;
-		if ((pfd[0].revents & POLLIN) && kdev_events_drain(k))
-			break;
+		if (pfd[0].revents & POLLIN) {
+			int ret;
+
+			pthread_mutex_lock(&k->drain_lock);
+			ret = kdev_events_drain(k);
+			pthread_mutex_unlock(&k->drain_lock);
+			if (ret < 0)
+				break;
+		}
 		if (pfd[0].revents & (POLLERR | POLLHUP | POLLNVAL))
 			break;
 	}
@@ -140,6 +208,14 @@ int pdma_kdev_open(const char *path, struct pdma_kdev **out)
 		goto err_fd;
 	}
 	k->caps = v.caps;
+	if (k->caps & PEERDMA_CAP_REVOKE_COUNT) {
+		void *c = mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED, k->fd,
+			       PEERDMA_MMAP_COUNTERS);
+
+		/* Without it the backend still works; only the kernel monitor
+		 * is unavailable (pdma_kdev_monitor_ok). */
+		k->counters = c == MAP_FAILED ? NULL : c;
+	}
 	pdma_fork_init();
 	k->fork_gen = pdma_fork_gen();
 	k->stop_fd = eventfd(0, EFD_CLOEXEC);
@@ -148,10 +224,12 @@ int pdma_kdev_open(const char *path, struct pdma_kdev **out)
 		goto err_fd;
 	}
 	pthread_mutex_init(&k->lock, NULL);
+	pthread_mutex_init(&k->drain_lock, NULL);
 	pthread_cond_init(&k->dead, NULL);
 	ret = -pthread_create(&k->thread, NULL, kdev_thread, k);
 	if (ret) {
 		pthread_cond_destroy(&k->dead);
+		pthread_mutex_destroy(&k->drain_lock);
 		pthread_mutex_destroy(&k->lock);
 		close(k->stop_fd);
 		goto err_fd;
@@ -159,6 +237,8 @@ int pdma_kdev_open(const char *path, struct pdma_kdev **out)
 	*out = k;
 	return 0;
 err_fd:
+	if (k->counters)
+		munmap((void *)k->counters, (size_t)sysconf(_SC_PAGESIZE));
 	close(k->fd);
 	free(k);
 	return ret;
@@ -179,6 +259,10 @@ int pdma_kdev_close(struct pdma_kdev *k)
 			HASH_DEL(k->pins, p);
 			free(p);
 		}
+		/* Our copy of the counter mapping holds the parent's file
+		 * open as the descriptor does: let go of both. */
+		if (k->counters)
+			munmap((void *)k->counters, (size_t)sysconf(_SC_PAGESIZE));
 		close(k->stop_fd);
 		close(k->fd);
 		free(k);
@@ -194,8 +278,12 @@ int pdma_kdev_close(struct pdma_kdev *k)
 		return -errno;
 	pthread_join(k->thread, NULL);
 	close(k->stop_fd);
+	/* The mapping holds the file open too: unmap it first. */
+	if (k->counters)
+		munmap((void *)k->counters, (size_t)sysconf(_SC_PAGESIZE));
 	close(k->fd); /* the module drops anything still pinned on this file */
 	pthread_cond_destroy(&k->dead);
+	pthread_mutex_destroy(&k->drain_lock);
 	pthread_mutex_destroy(&k->lock);
 	free(k);
 	return 0;
@@ -208,12 +296,23 @@ uint64_t pdma_kdev_caps(const struct pdma_kdev *k)
 
 uint64_t pdma_kdev_events(struct pdma_kdev *k)
 {
-	uint64_t n;
+	return atomic_load(&k->handled);
+}
 
-	pthread_mutex_lock(&k->lock);
-	n = k->events;
-	pthread_mutex_unlock(&k->lock);
-	return n;
+int pdma_kdev_pin_pages(struct pdma_kdev *k, const void *pin, uint32_t *state, uint64_t *phys,
+			uint32_t n)
+{
+	const struct kpin *p = pin;
+	struct peerdma_query q = { .size = sizeof(q), .handle = p->handle };
+	struct peerdma_get_pages g = { .size = sizeof(g), .handle = p->handle,
+				       .addrs = (uint64_t)(uintptr_t)phys, .count = n };
+
+	if (ioctl(k->fd, PEERDMA_IOC_QUERY, &q))
+		return -errno;
+	*state = q.state;
+	if (phys && ioctl(k->fd, PEERDMA_IOC_GET_PAGES, &g))
+		return -errno;
+	return 0;
 }
 
 static int kdev_pin(struct pdma_kdev *k, uint32_t kind, enum pdma_hmem_iface iface,

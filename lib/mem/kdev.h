@@ -6,6 +6,7 @@
 #ifndef PDMA_LIB_MEM_KDEV_H
 #define PDMA_LIB_MEM_KDEV_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "mem/mem.h"
@@ -20,7 +21,32 @@ int pdma_kdev_open(const char *path, struct pdma_kdev **kdev);
 /* -EBUSY while pins are live. */
 int pdma_kdev_close(struct pdma_kdev *kdev);
 uint64_t pdma_kdev_caps(const struct pdma_kdev *kdev);
-/* Revocation events received so far. */
+/* Revocation events received and handled so far (callbacks returned). */
 uint64_t pdma_kdev_events(struct pdma_kdev *kdev);
+
+/*
+ * The kernel as a synchronous host memory monitor (the cache's "kernel"
+ * monitor). True when the module counts revocations in a page this backend
+ * could map (PEERDMA_CAP_REVOKE_COUNT, ABI 1.2); older modules: false.
+ */
+bool pdma_kdev_monitor_ok(const struct pdma_kdev *kdev);
+/*
+ * Every revocation of this file's pins that began before the call (for host
+ * memory: every munmap, madvise, mremap... that has returned) has been handled
+ * when it returns 0: the region's revoke callback and pdma_monitor_notify()
+ * have run. One load and a compare when nothing is pending; otherwise the
+ * caller reads and handles the events itself (callbacks run in its thread, as
+ * under the memhooks monitor). -ETIMEDOUT if an event counted by the module
+ * did not arrive within PDMA_KDEV_SYNC_WAIT_MS (a module bug; the caller must
+ * then assume anything may be stale). Needs pdma_kdev_monitor_ok().
+ */
+#define PDMA_KDEV_SYNC_WAIT_MS 5000
+int pdma_kdev_sync(struct pdma_kdev *kdev);
+
+/* The module's view of a pin of this backend (tests, diagnostics): its state
+ * (PEERDMA_STATE_*) and, with phys non-NULL, the physical address of each of
+ * its n pages (needs CAP_SYS_RAWIO; -EINVAL if n is not its page count). */
+int pdma_kdev_pin_pages(struct pdma_kdev *kdev, const void *pin, uint32_t *state,
+			uint64_t *phys, uint32_t n);
 
 #endif /* PDMA_LIB_MEM_KDEV_H */

@@ -75,6 +75,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 		struct pdma_cache_attr ca;
 
 		pdma_cache_attr_from_env(&ca);
+		ca.kdev = d->kdev; /* the kernel monitor, when the module can be one */
 		/* CUDA regions need a per-hit buffer-ID check unless every way
 		 * their memory can leave reaches the monitor first. With the
 		 * hooks detected (auto) that holds for the allocations the hooks
@@ -140,6 +141,7 @@ const char *pdma_domain_cache_monitor(const struct pdma_domain *d)
 	switch (s.monitor) {
 	case PDMA_CACHE_MONITOR_USERFAULTFD: return "userfaultfd";
 	case PDMA_CACHE_MONITOR_MEMHOOKS: return "memhooks";
+	case PDMA_CACHE_MONITOR_KERNEL: return "kernel";
 	default: return "none";
 	}
 }

@@ -21,8 +21,13 @@
  * The oracle reads the domain's cache counters, which are internal: this
  * program links the static library, as the unit tests do.
  *
- * Usage: adversary [--monitor default|userfaultfd|memhooks|disabled]
+ * Usage: adversary [--monitor default|userfaultfd|memhooks|kernel|disabled]
  *                  [--rounds N] [--seed S] [--no-userfaultfd] [--expect M]
+ *                  [--kernel-device PATH]
+ * --kernel-device (implied as /dev/peerdma by --monitor kernel) opens the
+ * domain with peerdma.ko: host memory is pinned through the module, and its
+ * MMU notifier is the "kernel" monitor (the default then). Without the module
+ * loaded it exits 77 (skipped); tests/vm/run runs it in the QEMU guest.
  * --no-userfaultfd installs a seccomp filter that makes userfaultfd(2) and
  * /dev/userfaultfd's ioctl fail with EPERM, as Docker's default profile does.
  * --expect names the monitor the cache must have picked (or "none").
@@ -225,7 +230,9 @@ static void s_malloc_mmap(struct adv *a)
 		exit(2);
 	memset(p, PAT, BIG);
 	prime(a, p, BIG, PDMA_HMEM_SYSTEM);
-	uintptr_t was = (uintptr_t)p;
+	/* volatile: gcc -O2 -Wuse-after-free follows the integer, and using the
+	 * freed address is the point here */
+	volatile uintptr_t was = (uintptr_t)p;
 
 	free(p); /* glibc munmaps the chunk inside free() */
 	if (unmapped(was, BIG)) /* (a sanitizer's allocator keeps it) */
@@ -361,6 +368,7 @@ static const char *monitor_name(enum pdma_cache_monitor m)
 	switch (m) {
 	case PDMA_CACHE_MONITOR_USERFAULTFD: return "userfaultfd";
 	case PDMA_CACHE_MONITOR_MEMHOOKS: return "memhooks";
+	case PDMA_CACHE_MONITOR_KERNEL: return "kernel";
 	default: return "none";
 	}
 }
@@ -395,14 +403,19 @@ int main(int argc, char **argv)
 	struct pdma_cache_stats cs;
 	struct adv a;
 	unsigned long rounds = 2000, seed = 1;
-	const char *expect = NULL;
-	int failed = 0, checks = S_N + 1;
+	const char *expect = NULL, *kdev = NULL;
+	int failed = 0, checks = S_N + 1, ret;
 
 	for (int i = 1; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
 		if (!strcmp(argv[i], "--monitor") && v) {
 			setenv("PEERDMA_MR_CACHE_MONITOR", v, 1);
+			if (!strcmp(v, "kernel") && !kdev)
+				kdev = "/dev/peerdma";
+			i++;
+		} else if (!strcmp(argv[i], "--kernel-device") && v) {
+			kdev = v;
 			i++;
 		} else if (!strcmp(argv[i], "--rounds") && v) {
 			rounds = strtoul(v, NULL, 10);
@@ -414,15 +427,14 @@ int main(int argc, char **argv)
 			expect = v;
 			i++;
 		} else if (!strcmp(argv[i], "--no-userfaultfd")) {
-			int ret = block_userfaultfd();
-
+			ret = block_userfaultfd();
 			if (ret) {
 				fprintf(stderr, "adversary: seccomp filter: %s\n", strerror(-ret));
 				return ret == -ENOSYS ? 77 : 2;
 			}
 		} else {
 			fprintf(stderr, "usage: adversary [--monitor M] [--rounds N] [--seed S] "
-					"[--no-userfaultfd] [--expect M]\n");
+					"[--no-userfaultfd] [--expect M] [--kernel-device PATH]\n");
 			return 2;
 		}
 	}
@@ -439,8 +451,15 @@ int main(int argc, char **argv)
 	pdma_domain_attr_init(&da);
 	da.sim = a.sim;
 	da.use_cache = 1;
-	if (pdma_domain_open(&da, &a.d)) {
-		fprintf(stderr, "adversary: domain open failed\n");
+	da.kernel_device = kdev;
+	ret = pdma_domain_open(&da, &a.d);
+	if (ret == -ENODEV && kdev) {
+		printf("skipped: no %s (peerdma.ko not loaded)\n", kdev);
+		pdma_sim_close(a.sim);
+		return 77;
+	}
+	if (ret) {
+		fprintf(stderr, "adversary: domain open failed: %s\n", strerror(-ret));
 		return 2;
 	}
 	pdma_cache_get_stats(a.d->cache, &cs);

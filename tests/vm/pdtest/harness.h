@@ -74,6 +74,7 @@ struct pd_test {
 
 extern const struct pd_test pd_abi_tests[];		/* abi.c */
 extern const struct pd_test pd_host_tests[];		/* host.c */
+extern const struct pd_test pd_counter_tests[];		/* counters.c */
 extern const struct pd_test pd_gpu_tests[];		/* gpu.c */
 extern const struct pd_test pd_isolation_tests[];	/* isolation.c */
 extern const struct pd_test pd_dmabuf_tests[];		/* dmabuf.c */

@@ -18,7 +18,7 @@
 #include "harness.h"
 
 static const struct pd_test *const suites[] = {
-	pd_abi_tests, pd_host_tests, pd_gpu_tests, pd_isolation_tests,
+	pd_abi_tests, pd_host_tests, pd_counter_tests, pd_gpu_tests, pd_isolation_tests,
 	pd_dmabuf_tests, pd_client_tests, pd_lifetime_tests, pd_strict_tests,
 	pd_fault_tests,
 };
