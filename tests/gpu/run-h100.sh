@@ -31,6 +31,12 @@ bdir=$(ctest_dir "$build" "$src")
 } 2>&1 | tee "$out/gpu-tests.log"
 # ctest ran it linked with the hook library; here through LD_PRELOAD.
 LD_PRELOAD=$build/libpeerdma_cuda_hooks.so "$build/tests/test_cuda_ipc" 2>&1 | tee "$out/ipc.log"
+# The negative control: trusting the hooks for all CUDA memory (what auto did
+# before) must serve a stale region in round 3.
+PDMA_IPC_TRUST_ALL=1 LD_PRELOAD=$build/libpeerdma_cuda_hooks.so "$build/tests/test_cuda_ipc" \
+	>"$out/ipc-trust-all.log" 2>&1 &&
+	echo "negative control: test_cuda_ipc PASSED under trust-all (it must fail)" ||
+	echo "negative control: test_cuda_ipc failed under trust-all, as it must: $(grep -c '^FAIL' "$out/ipc-trust-all.log") FAIL lines"
 [ "$tests_only" = 1 ] && exit 0
 
 "$build/bench/cuda/bench_cuda" --json "$out/bench.json" 2>&1 | tee "$out/bench.log"

@@ -23,6 +23,9 @@
  *            check for IPC mappings)
  * Before the cuIpcCloseMemHandle hook and the per-allocation `auto`, round 2
  * (when its mapping lands at round 1's address) got round 1's cached region.
+ * PDMA_IPC_TRUST_ALL=1 runs the child under the old trust-everything policy
+ * (PEERDMA_CUDA_MONITOR=hooks): round 3 then gets round 2's region, closed
+ * past the hooks, and the test fails (the negative control).
  *
  * Commands go to the child over a pipe on its stdin, one line each:
  *   "OPEN <round> <128 hex digits of the handle> <fill byte>"
@@ -227,6 +230,11 @@ static int child_main(void)
 	int ret;
 
 	who = "child";
+	/* The negative control (run-h100.sh): PDMA_IPC_TRUST_ALL=1 gives the
+	 * child the policy `auto` had before per-allocation trust, trusting
+	 * the hooks for all CUDA memory; round 3 must then fail. */
+	if (getenv("PDMA_IPC_TRUST_ALL"))
+		setenv("PEERDMA_CUDA_MONITOR", "hooks", 1);
 	ret = cuda_up();
 	if (ret)
 		return ret;
