@@ -139,7 +139,6 @@ static int bench_reg_monitors(json_t *rows, int iters)
 		struct pdma_domain_attr da;
 		struct pdma_domain *d;
 		char **bufs = calloc((size_t)nmiss, sizeof(*bufs));
-		char test[64];
 		const char *runs;
 		double t0, hit, miss;
 
@@ -185,6 +184,8 @@ static int bench_reg_monitors(json_t *rows, int iters)
 		}
 		hit = (now_ns() - t0) / iters;
 		if (!ret) {
+			char test[64];
+
 			snprintf(test, sizeof(test), "hit, asked %s", mons[m]);
 			printf("  %-28s %-12s %9s %12.0f\n", test, runs, "64 KiB", hit);
 			json_array_append_new(rows, json_pack("{s:s,s:s,s:s,s:I,s:f}", "test",
