@@ -55,7 +55,31 @@ static void row(json_t *rows, const char *test, const char *mem, size_t bytes, d
 					      ceiling_ns));
 }
 
-/* Registration + close of one buffer, median of iters. */
+/* n registrations + closes with attribute template *a, the i-th of bufs[i %
+ * nbufs] (len bytes each); the mean in *ns. */
+static int reg_close_ns(struct pdma_domain *d, const struct pdma_mr_attr *a, void *const *bufs,
+			int nbufs, size_t len, int n, double *ns)
+{
+	struct iovec iov = { NULL, len };
+	struct pdma_mr_attr at = *a;
+	double t0 = now_ns();
+	int ret = 0;
+
+	at.mr_iov = &iov;
+	at.iov_count = 1;
+	for (int i = 0; i < n && !ret; i++) {
+		struct pdma_mr *mr;
+
+		iov.iov_base = bufs[i % nbufs];
+		ret = pdma_mr_regattr(d, &at, 0, &mr);
+		if (!ret)
+			ret = pdma_mr_close(mr);
+	}
+	*ns = (now_ns() - t0) / n;
+	return ret;
+}
+
+/* Registration + close of one buffer, mean of iters. */
 static int bench_reg(json_t *rows, int iters)
 {
 	static const size_t sizes[] = { 4096, 1u << 16, 1u << 20, 16u << 20 };
@@ -89,22 +113,15 @@ static int bench_reg(json_t *rows, int iters)
 		memset(host, 1, len);
 		ret = pdma_sim_alloc(sim, len, &gpu);
 		for (int kind = 0; kind < 4 && !ret; kind++) {
-			struct pdma_domain *dd = kind >= 2 ? dc : d;
-			struct iovec iov = { kind & 1 ? gpu : host, len };
-			struct pdma_mr_attr a = { .mr_iov = &iov, .iov_count = 1, .access = RW,
+			struct pdma_mr_attr a = { .access = RW,
 						  .iface = kind & 1 ? PDMA_HMEM_SIM
 								    : PDMA_HMEM_SYSTEM };
-			double t0 = now_ns();
+			void *buf = kind & 1 ? gpu : host;
+			double ns;
 
-			for (int n = 0; n < iters && !ret; n++) {
-				struct pdma_mr *m;
-
-				ret = pdma_mr_regattr(dd, &a, 0, &m);
-				if (!ret)
-					ret = pdma_mr_close(m);
-			}
+			ret = reg_close_ns(kind >= 2 ? dc : d, &a, &buf, 1, len, iters, &ns);
 			row(rows, kind >= 2 ? "reg+close (cache)" : "reg+close", kind & 1 ? "sim" : "host",
-			    len, (now_ns() - t0) / iters, 0);
+			    len, ns, 0);
 		}
 		if (gpu)
 			pdma_sim_free(sim, gpu);
@@ -116,6 +133,20 @@ out_d:
 out_sim:
 	pdma_sim_close(sim);
 	return ret;
+}
+
+/* One row of bench_reg_monitors: kind "hit" or "miss". */
+static void monitor_row(json_t *rows, const char *kind, const char *asked, const char *runs,
+			size_t len, double ns)
+{
+	char test[64], json_test[32];
+
+	snprintf(test, sizeof(test), "%s, asked %s", kind, asked);
+	snprintf(json_test, sizeof(json_test), "reg+close (cache %s)", kind);
+	printf("  %-28s %-12s %9s %12.0f\n", test, runs, "64 KiB", ns);
+	json_array_append_new(rows, json_pack("{s:s,s:s,s:s,s:I,s:f}", "test", json_test, "memory",
+					      "host", "monitor", runs, "bytes", (json_int_t)len,
+					      "ns", ns));
 }
 
 /*
@@ -139,8 +170,9 @@ static int bench_reg_monitors(json_t *rows, int iters)
 		struct pdma_domain_attr da;
 		struct pdma_domain *d;
 		char **bufs = calloc((size_t)nmiss, sizeof(*bufs));
+		const struct pdma_mr_attr a = { .access = RW };
 		const char *runs;
-		double t0, hit, miss;
+		double hit, miss;
 
 		setenv("PEERDMA_MR_CACHE_MONITOR", mons[m], 1);
 		pdma_domain_attr_init(&da);
@@ -161,43 +193,14 @@ static int bench_reg_monitors(json_t *rows, int iters)
 			}
 			memset(bufs[i], 1, len);
 		}
-		t0 = now_ns();
-		for (int i = 0; i < nmiss && !ret; i++) {
-			struct iovec iov = { bufs[i], len };
-			struct pdma_mr_attr a = { .mr_iov = &iov, .iov_count = 1, .access = RW };
-			struct pdma_mr *mr;
-
-			ret = pdma_mr_regattr(d, &a, 0, &mr);
-			if (!ret)
-				ret = pdma_mr_close(mr);
-		}
-		miss = (now_ns() - t0) / nmiss;
-		t0 = now_ns();
-		for (int n = 0; n < iters && !ret; n++) {
-			struct iovec iov = { bufs[0], len };
-			struct pdma_mr_attr a = { .mr_iov = &iov, .iov_count = 1, .access = RW };
-			struct pdma_mr *mr;
-
-			ret = pdma_mr_regattr(d, &a, 0, &mr);
-			if (!ret)
-				ret = pdma_mr_close(mr);
-		}
-		hit = (now_ns() - t0) / iters;
+		/* Each buffer once (misses), then the first again and again. */
+		if (!ret)
+			ret = reg_close_ns(d, &a, (void *const *)bufs, nmiss, len, nmiss, &miss);
+		if (!ret)
+			ret = reg_close_ns(d, &a, (void *const *)bufs, 1, len, iters, &hit);
 		if (!ret) {
-			char test[64];
-
-			snprintf(test, sizeof(test), "hit, asked %s", mons[m]);
-			printf("  %-28s %-12s %9s %12.0f\n", test, runs, "64 KiB", hit);
-			json_array_append_new(rows, json_pack("{s:s,s:s,s:s,s:I,s:f}", "test",
-							      "reg+close (cache hit)", "memory",
-							      "host", "monitor", runs, "bytes",
-							      (json_int_t)len, "ns", hit));
-			snprintf(test, sizeof(test), "miss, asked %s", mons[m]);
-			printf("  %-28s %-12s %9s %12.0f\n", test, runs, "64 KiB", miss);
-			json_array_append_new(rows, json_pack("{s:s,s:s,s:s,s:I,s:f}", "test",
-							      "reg+close (cache miss)", "memory",
-							      "host", "monitor", runs, "bytes",
-							      (json_int_t)len, "ns", miss));
+			monitor_row(rows, "hit", mons[m], runs, len, hit);
+			monitor_row(rows, "miss", mons[m], runs, len, miss);
 		}
 		pdma_domain_close(d);
 		for (int i = 0; i < nmiss; i++)
