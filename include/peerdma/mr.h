@@ -97,6 +97,7 @@ extern "C" {
 /* Flags for pdma_domain_bind_eq() and pdma_mr_bind_cntr(). */
 #define PDMA_REG_MR       (1ull << 0) /* EQ: registrations complete asynchronously */
 #define PDMA_REMOTE_WRITE_EVENTS (1ull << 1) /* cntr: count remote writes into the MR */
+#define PDMA_MR_REVOKE_EVENTS (1ull << 2) /* EQ: PDMA_MR_REVOKED events */
 
 /* pdma_mr_key() when the domain uses raw keys. */
 #define PDMA_KEY_NOTAVAIL UINT64_MAX
@@ -229,10 +230,54 @@ int pdma_cntr_close(struct pdma_cntr *cntr);
 int pdma_ep_open(struct pdma_domain *domain, struct pdma_ep **ep);
 int pdma_ep_close(struct pdma_ep *ep);
 
-/* Event queue: asynchronous registration completions. */
+/*
+ * What a device driver needs to DMA to or from a registered buffer (iov
+ * iov_index of the MR). Memory pinned by peerdma.ko (a domain opened with
+ * kernel_device: host memory, and GPU memory pinned through its dma-buf or
+ * nv-p2p) has a kernel handle: a driver of the same process passes
+ * (kernel_fd, handle) to its kernel side, which calls peerdma_client_get()
+ * (kernel/peerdma_client.h) and is quiesced before the pages go. GPU memory
+ * exported as a dma-buf also names the dma-buf (any importer can attach it).
+ * The fds belong to the domain and the MR: valid while the MR is open, never
+ * to be closed by the caller. -ENODEV once the memory was revoked (freed,
+ * moved), -ENOENT for memory that has neither (host memory checked but not
+ * pinned). Thread safety: any thread, concurrently with other MR calls.
+ */
+struct pdma_mr_dma {
+	int kernel_fd;          /* the domain's /dev/peerdma file, -1: not pinned by the module */
+	uint32_t kind;          /* PEERDMA_KIND_* of the kernel pin (include/uapi/peerdma.h), 0 */
+	uint64_t handle;        /* peerdma.ko handle of the pin */
+	uint64_t addr;          /* the iov's start */
+	uint64_t pinned_addr;   /* the pinned range that covers it (whole pages) */
+	uint64_t pinned_len;
+	uint32_t page_size;     /* bytes per page of the pin (64 KiB GPU, 4 KiB host) */
+	uint32_t entries;       /* pages */
+	int dmabuf_fd;          /* dma-buf of GPU memory, -1: none */
+	uint32_t pad;
+	uint64_t dmabuf_offset; /* offset of pinned_addr in the dma-buf */
+};
+int pdma_mr_dma(const struct pdma_mr *mr, size_t iov_index, struct pdma_mr_dma *dma);
+/*
+ * CPU physical addresses of the pinned pages of iov iov_index (one per
+ * page_size), from the module: needs CAP_SYS_RAWIO (-EPERM) and a kernel pin
+ * (-ENOENT). *count: in, room; out, entries (-ERANGE, with *count set, when
+ * the room is too small).
+ */
+int pdma_mr_dma_pages(const struct pdma_mr *mr, size_t iov_index, uint64_t *addrs,
+		      uint32_t *count);
+
+/* Event queue: asynchronous registration completions, and revocations. */
 #define PDMA_MR_COMPLETE 1
+/*
+ * The memory of an open MR was revoked under it (GPU memory freed, dma-buf
+ * moved, host pages unmapped while the kernel pinned them): the MR's DMA
+ * state is gone (pdma_mr_dma: -ENODEV) and its cache entry dropped; close
+ * it. Queued to an EQ bound with PDMA_MR_REVOKE_EVENTS, once per MR, by the
+ * thread that handles the kernel's event.
+ */
+#define PDMA_MR_REVOKED 2
 struct pdma_eq_entry {
-	uint32_t event;      /* PDMA_MR_COMPLETE */
+	uint32_t event;      /* PDMA_MR_COMPLETE, PDMA_MR_REVOKED */
 	struct pdma_mr *mr;  /* the MR the event is about */
 	void *context;       /* the context given at registration */
 };
