@@ -89,6 +89,7 @@ enum pdma_dfr_err {
 	PDMA_DFR_E_SLOT_TRUNC,    /* datagram did not fit its ring slot */
 	PDMA_DFR_E_EMPTY,         /* empty datagram */
 	PDMA_DFR_E_CLASS_CHANGE,  /* class ID differs from the stream's first data packet's */
+	PDMA_DFR_E_FRAME,         /* frame ring: a frame skipped (reason in the count byte, frame.h) */
 	PDMA_DFR_E__MAX
 };
 
@@ -148,6 +149,8 @@ struct pdma_dfr_pkt {
 #define PDMA_DFR_FN static inline
 #endif
 
+#include "frame.h"
+
 /* A data packet's class identity, never 0 (0 marks a stream whose class is
  * not known yet): the OUI and the information and packet class codes, or
  * "none" for a packet without class ID. A stream is a stream ID and the class
@@ -162,19 +165,19 @@ PDMA_DFR_FN uint64_t pdma_dfr_class(int has_class, uint32_t oui, uint32_t icc_pc
 	return has_class ? (1ull << 63) | ((uint64_t)(oui & 0xffffffu) << 32) | icc_pcc : 1ull << 62;
 }
 
-/* The header stage, up to (not including) the stream lookup: validates and
- * computes the packet index. Returns PDMA_DFR_ST_DATA / _CONTEXT or a negative
- * error; fills *d (partially on error) and *r. *vp is the parser's scratch
- * (the parsed packet): a local variable in pdma_dfr_header(); the GPU passes
- * a per-thread slot in shared memory, since the parser's context walk indexes
- * vp->ctx_off[] at run time, which would otherwise put the whole struct in
- * local memory (a stack frame per thread, written for every packet). */
-PDMA_DFR_FN int pdma_dfr_header_v(const struct pdma_dfr_config *c, const uint8_t *slot,
-				  uint32_t slot_size, struct pdma_dfr_desc *d,
-				  struct pdma_dfr_pkt *r, struct pdma_vrt_packet *vp)
+/* The header stage of one datagram (dg, len bytes: a slot's or a frame's),
+ * up to (not including) the stream lookup: validates and computes the packet
+ * index. Returns PDMA_DFR_ST_DATA / _CONTEXT or a negative error; fills *d
+ * (partially on error) and *r (payload_off relative to dg). *vp is the
+ * parser's scratch (the parsed packet): a local variable in
+ * pdma_dfr_header(); the GPU passes a per-thread slot in shared memory,
+ * since the parser's context walk indexes vp->ctx_off[] at run time, which
+ * would otherwise put the whole struct in local memory (a stack frame per
+ * thread, written for every packet). */
+PDMA_DFR_FN int pdma_dfr_dgram_v(const struct pdma_dfr_config *c, const uint8_t *dg, uint32_t len,
+				 struct pdma_dfr_desc *d, struct pdma_dfr_pkt *r,
+				 struct pdma_vrt_packet *vp)
 {
-	const struct pdma_slot_hdr *sh = (const struct pdma_slot_hdr *)slot;
-	uint32_t len = sh->len;
 	uint64_t s;
 	int e;
 
@@ -182,13 +185,9 @@ PDMA_DFR_FN int pdma_dfr_header_v(const struct pdma_dfr_config *c, const uint8_t
 	d->stream_id = 0;
 	d->stream = PDMA_DFR_NO_STREAM;
 	d->count = 0;
-	if (sh->flags & PDMA_SLOT_TRUNC)
-		return -PDMA_DFR_E_SLOT_TRUNC;
 	if (len == 0)
 		return -PDMA_DFR_E_EMPTY;
-	if (len > slot_size - PDMA_SLOT_HDR)
-		return -PDMA_DFR_E_SLOT_TRUNC;
-	e = pdma_vrt_parse(slot + PDMA_SLOT_HDR, len, PDMA_VRT_EXACT, vp);
+	e = pdma_vrt_parse(dg, len, PDMA_VRT_EXACT, vp);
 	d->stream_id = vp->stream_id;
 	d->count = (uint8_t)(vp->count | (vp->has_stream_id ? 0x10 : 0));
 	if (e < 0)
@@ -221,6 +220,25 @@ PDMA_DFR_FN int pdma_dfr_header_v(const struct pdma_dfr_config *c, const uint8_t
 				((uint32_t)vp->icc << 16) | vp->pcc);
 	d->pkt = r->pkt;
 	return PDMA_DFR_ST_DATA;
+}
+
+/* The header stage of a ring slot: its header's checks, then its datagram
+ * (at PDMA_SLOT_HDR; r->payload_off relative to the datagram). */
+PDMA_DFR_FN int pdma_dfr_header_v(const struct pdma_dfr_config *c, const uint8_t *slot,
+				  uint32_t slot_size, struct pdma_dfr_desc *d,
+				  struct pdma_dfr_pkt *r, struct pdma_vrt_packet *vp)
+{
+	const struct pdma_slot_hdr *sh = (const struct pdma_slot_hdr *)slot;
+	uint32_t len = sh->len;
+
+	if ((sh->flags & PDMA_SLOT_TRUNC) || len > slot_size - PDMA_SLOT_HDR) {
+		d->pkt = 0;
+		d->stream_id = 0;
+		d->stream = PDMA_DFR_NO_STREAM;
+		d->count = 0;
+		return -PDMA_DFR_E_SLOT_TRUNC;
+	}
+	return pdma_dfr_dgram_v(c, slot + PDMA_SLOT_HDR, len, d, r, vp);
 }
 
 PDMA_DFR_FN int pdma_dfr_header(const struct pdma_dfr_config *c, const uint8_t *slot,
@@ -394,6 +412,68 @@ PDMA_DFR_FN int pdma_dfr_header_fast(const struct pdma_dfr_config *c, const uint
 	/* The datagram's last word is its trailer (the fast path takes only
 	 * packets that fill the datagram exactly). */
 	return !tr_off || pdma_vrt_trailer_ok((p->flags & PDMA_SLOT_TAIL) ? p->tail : pdma_vrt_get32(slot + tr_off));
+}
+
+/*
+ * Frame rings (frame.h): the header stage of frame f (len bytes, NIC status
+ * flags): its Ethernet/IPv4/UDP headers (pdma_frm_parse), then its datagram
+ * exactly as a slot's (pdma_dfr_dgram_v). A skipped frame returns
+ * -PDMA_DFR_E_FRAME with the reason in d->count (no stream ID bit, so the
+ * accounting can never attribute it to a stream). r->payload_off is relative
+ * to the frame's first byte. *dg_off gets the datagram's offset in the frame.
+ */
+PDMA_DFR_FN int pdma_dfr_frame_skip(struct pdma_dfr_desc *d, int why)
+{
+	d->pkt = 0;
+	d->stream_id = 0;
+	d->stream = PDMA_DFR_NO_STREAM;
+	d->count = (uint8_t)why;
+	return -PDMA_DFR_E_FRAME;
+}
+
+PDMA_DFR_FN int pdma_dfr_frame_v(const struct pdma_dfr_config *c, const struct pdma_frm_cfg *fc,
+				 const uint8_t *f, uint32_t len, uint32_t flags,
+				 struct pdma_dfr_desc *d, struct pdma_dfr_pkt *r,
+				 struct pdma_vrt_packet *vp, uint32_t *dg_off)
+{
+	uint32_t dl;
+	int e = pdma_frm_parse(fc, f, len, flags, dg_off, &dl);
+
+	if (e)
+		return pdma_dfr_frame_skip(d, e);
+	e = pdma_dfr_dgram_v(c, f + *dg_off, dl, d, r, vp);
+	if (e == PDMA_DFR_ST_DATA)
+		r->payload_off += *dg_off;
+	return e;
+}
+
+/* The fast path (pdma_dfr_header_fast_nt) on a datagram that is not in a
+ * slot: the same checks with the prefix read from the datagram itself and
+ * the trailer from its last word (no slot-tail promise). 1 with *d, *r as
+ * pdma_dfr_dgram_v fills them (payload_off relative to dg), 0 to decline
+ * (the caller then runs the general path). */
+PDMA_DFR_FN int pdma_dfr_dgram_fast(const struct pdma_dfr_config *c, const uint8_t *dg, uint32_t len,
+				    struct pdma_dfr_desc *d, struct pdma_dfr_pkt *r)
+{
+	struct pdma_dfr_pre p;
+	uint32_t tr_off;
+
+	if (len < 64u) /* the slot form's minimum too */
+		return 0;
+	p.len = len;
+	p.flags = 0;
+	p.tail = 0;
+	p.h = pdma_vrt_get32(dg);
+	p.sid = pdma_vrt_get32(dg + 4);
+	p.c0 = pdma_vrt_get32(dg + 8);
+	p.c1 = pdma_vrt_get32(dg + 12);
+	p.tsi = pdma_vrt_get32(dg + 16);
+	p.fhi = pdma_vrt_get32(dg + 20);
+	p.flo = pdma_vrt_get32(dg + 24);
+	/* As if in a slot exactly its size: tr_off then counts from the slot. */
+	if (!pdma_dfr_header_fast_nt(c, PDMA_SLOT_HDR + len, &p, d, r, &tr_off))
+		return 0;
+	return !tr_off || pdma_vrt_trailer_ok(pdma_vrt_get32(dg + tr_off - PDMA_SLOT_HDR));
 }
 
 /* Host (single-threaded): does a data packet of class cls belong to the

@@ -46,12 +46,12 @@ void pdma_dfr_fini(struct pdma_dfr *d)
 	memset(d, 0, sizeof(*d));
 }
 
-uint32_t pdma_dfr_cpu_slot(const struct pdma_dfr_config *c, struct pdma_dfr_tables *t,
-			   const uint8_t *slot, uint32_t slot_size, struct pdma_dfr_desc *desc)
+/* After the header stage (st, *desc, r): the stream lookup, payload size and
+ * class checks, and the placement of the payload at src. Returns the payload
+ * length placed or considered for data, 0 otherwise; sets desc->status. */
+static uint32_t place(const struct pdma_dfr_config *c, struct pdma_dfr_tables *t, int st,
+		      const struct pdma_dfr_pkt *r, const uint8_t *src, struct pdma_dfr_desc *desc)
 {
-	struct pdma_dfr_pkt r = { 0 }; /* set by the header parse when st >= 0; gcc -O2 cannot tell */
-	int st = pdma_dfr_header(c, slot, slot_size, desc, &r);
-
 	/* Only valid packets touch the stream table. Malformed ones are
 	 * attributed to a stream by the accounting (by stream ID, in arrival
 	 * order), so the result cannot depend on the order in which a parallel
@@ -66,26 +66,60 @@ uint32_t pdma_dfr_cpu_slot(const struct pdma_dfr_config *c, struct pdma_dfr_tabl
 	if (st == PDMA_DFR_ST_DATA) {
 		uint32_t *pl = &t->plen[desc->stream];
 		if (*pl == 0)
-			*pl = r.payload_len;
-		if (*pl != r.payload_len) {
+			*pl = r->payload_len;
+		if (*pl != r->payload_len) {
 			st = -PDMA_DFR_E_SIZE_CHANGE;
-		} else if (!pdma_dfr_class_ok_host(&t->cls[desc->stream], r.cls)) {
+		} else if (!pdma_dfr_class_ok_host(&t->cls[desc->stream], r->cls)) {
 			st = -PDMA_DFR_E_CLASS_CHANGE;
 		} else {
-			size_t pos = (size_t)(r.pkt % c->out_pkts);
+			size_t pos = (size_t)(r->pkt % c->out_pkts);
 			uint64_t *tag = &t->tags[(size_t)desc->stream * c->out_pkts + pos];
-			if (*tag < r.pkt + 1) {
-				*tag = r.pkt + 1;
+			if (*tag < r->pkt + 1) {
+				*tag = r->pkt + 1;
 				memcpy(t->out + ((size_t)desc->stream * c->out_pkts * c->max_payload) +
-					       pos * r.payload_len,
-				       slot + PDMA_SLOT_HDR + r.payload_off, r.payload_len);
+					       pos * r->payload_len,
+				       src + r->payload_off, r->payload_len);
 			} else {
 				st = PDMA_DFR_ST_DATA_OLD;
 			}
 		}
 	}
 	desc->status = (int8_t)st;
-	return st == PDMA_DFR_ST_DATA || st == PDMA_DFR_ST_DATA_OLD ? r.payload_len : 0;
+	return st == PDMA_DFR_ST_DATA || st == PDMA_DFR_ST_DATA_OLD ? r->payload_len : 0;
+}
+
+uint32_t pdma_dfr_cpu_slot(const struct pdma_dfr_config *c, struct pdma_dfr_tables *t,
+			   const uint8_t *slot, uint32_t slot_size, struct pdma_dfr_desc *desc)
+{
+	struct pdma_dfr_pkt r = { 0 }; /* set by the header parse when st >= 0; gcc -O2 cannot tell */
+	int st = pdma_dfr_header(c, slot, slot_size, desc, &r);
+
+	return place(c, t, st, &r, slot + PDMA_SLOT_HDR, desc);
+}
+
+uint32_t pdma_dfr_cpu_frame(const struct pdma_dfr_config *c, struct pdma_dfr_tables *t,
+			    const struct pdma_frm_cfg *fc, const uint8_t *base,
+			    const struct pdma_frame *fr, struct pdma_dfr_desc *desc)
+{
+	struct pdma_dfr_pkt r = { 0 };
+	struct pdma_vrt_packet v;
+	uint32_t dg_off;
+	const uint8_t *f = base + fr->off;
+	int st = pdma_dfr_frame_v(c, fc, f, fr->len, fr->flags, desc, &r, &v, &dg_off);
+
+	return place(c, t, st, &r, f, desc);
+}
+
+void pdma_dfr_process_frames(struct pdma_dfr *d, const struct pdma_frm_cfg *fc, const uint8_t *base,
+			     const struct pdma_frame *frames, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct pdma_dfr_desc desc;
+		uint32_t len = pdma_dfr_cpu_frame(&d->cfg, &d->t, fc, base, &frames[i], &desc);
+		if (desc.status == PDMA_DFR_ST_DATA)
+			d->placed++;
+		pdma_frm_account(&d->frames, &d->acct, &desc, len);
+	}
 }
 
 void pdma_dfr_process(struct pdma_dfr *d, const struct pdma_ring *r, uint64_t first, uint32_t n)
@@ -113,6 +147,7 @@ const char *pdma_dfr_strerror(int err)
 	case PDMA_DFR_E_SLOT_TRUNC: return "datagram larger than a ring slot";
 	case PDMA_DFR_E_EMPTY: return "empty datagram";
 	case PDMA_DFR_E_CLASS_CHANGE: return "class ID differs from the stream's";
+	case PDMA_DFR_E_FRAME: return "frame skipped (not a matching Ethernet/IPv4/UDP frame)";
 	default: return pdma_vrt_strerror(err);
 	}
 }

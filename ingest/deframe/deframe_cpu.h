@@ -15,6 +15,7 @@
 
 #include "deframe/acct.h"
 #include "deframe/deframe.h"
+#include "deframe/frame_acct.h"
 #include "rx/ring.h"
 
 struct pdma_dfr {
@@ -22,6 +23,7 @@ struct pdma_dfr {
 	struct pdma_dfr_tables t;
 	struct pdma_acct acct;
 	uint64_t placed;      /* packets written to output */
+	struct pdma_frm_stats frames; /* frame rings only (pdma_dfr_process_frames) */
 };
 
 int pdma_dfr_init(struct pdma_dfr *d, const struct pdma_dfr_config *cfg);
@@ -35,6 +37,26 @@ uint32_t pdma_dfr_cpu_slot(const struct pdma_dfr_config *c, struct pdma_dfr_tabl
 			   const uint8_t *slot, uint32_t slot_size, struct pdma_dfr_desc *desc);
 /* Deframe and account n slots starting at ring index first. */
 void pdma_dfr_process(struct pdma_dfr *d, const struct pdma_ring *r, uint64_t first, uint32_t n);
+/*
+ * Frame rings (deframe/frame.h): deframe one frame (no accounting), the
+ * frame at base + fr->off; as pdma_dfr_cpu_slot otherwise. A skipped frame
+ * gets status -PDMA_DFR_E_FRAME and its reason in desc->count.
+ */
+uint32_t pdma_dfr_cpu_frame(const struct pdma_dfr_config *c, struct pdma_dfr_tables *t,
+			    const struct pdma_frm_cfg *fc, const uint8_t *base,
+			    const struct pdma_frame *fr, struct pdma_dfr_desc *desc);
+/*
+ * The frame-ring entry point: deframe and account n frames, frame i at
+ * base + frames[i].off, frames[i].len bytes long, with the NIC's completion
+ * status in frames[i].flags (PDMA_NIC_CQE_IPCS / _L4CS: checksum verified,
+ * trusted unless PDMA_NIC_CQE_ERR). Matching frames' datagrams are deframed
+ * and accounted exactly as slots' (d->acct, d->placed, the tables); every
+ * frame is counted in d->frames (skipped ones by reason). Frames are
+ * processed in array order (arrival order). Reads only the frames' bytes;
+ * never writes the region.
+ */
+void pdma_dfr_process_frames(struct pdma_dfr *d, const struct pdma_frm_cfg *fc, const uint8_t *base,
+			     const struct pdma_frame *frames, uint32_t n);
 /* Output of stream index idx: data pointer and tags. */
 static inline uint8_t *pdma_dfr_out(const struct pdma_dfr *d, uint32_t idx)
 {

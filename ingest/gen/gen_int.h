@@ -33,6 +33,9 @@ const struct pdma_gen_config *pdma_gen_get_config(const struct pdma_gen *g);
 /* pcap.c: the file header, and one Ethernet/IPv4/UDP record of a datagram
  * (addresses in network order) at t_us microseconds. */
 void pdma_gen_pcap_header(FILE *f);
+/* One record of a whole frame: hlen header bytes, then len bytes of pkt. */
+int pdma_gen_pcap_frame(FILE *f, const uint8_t *hdr, uint32_t hlen, const uint8_t *pkt, uint32_t len,
+			uint64_t t_us);
 int pdma_gen_pcap_record(FILE *f, const uint8_t *pkt, uint32_t len, uint32_t src, uint32_t dst,
 			 uint16_t sport, uint16_t dport, uint64_t t_us);
 

@@ -8,10 +8,11 @@
 #include <string.h>
 
 #include "gen/gen.h"
+#include "gen/eth.h"
 #include "gen/gen_int.h"
 
 /* Ethernet (14) + IPv4 (20) + UDP (8) header bytes before each datagram. */
-#define PCAP_HDRS 42u
+#define PCAP_HDRS PDMA_ETH_HDRS
 /* The largest UDP payload over IPv4: 65535 - 20 - 8. */
 #define UDP4_MAX 65507u
 /* The file header's snaplen: libpcap's and tcpdump's maximum (MAXIMUM_SNAPLEN).
@@ -30,46 +31,29 @@ void pdma_gen_pcap_header(FILE *f)
 	fwrite(&h[2], 4, 4, f);
 }
 
-static uint16_t ip_csum(const uint8_t *p, size_t n)
+int pdma_gen_pcap_frame(FILE *f, const uint8_t *hdr, uint32_t hlen, const uint8_t *pkt, uint32_t len,
+			uint64_t t_us)
 {
-	uint32_t s = 0;
-	for (size_t i = 0; i < n; i += 2)
-		s += (uint32_t)(p[i] << 8 | p[i + 1]);
-	while (s >> 16)
-		s = (s & 0xffff) + (s >> 16);
-	return (uint16_t)~s;
+	uint32_t caplen = hlen + len;
+	uint32_t rec[4] = { (uint32_t)(t_us / 1000000), (uint32_t)(t_us % 1000000), caplen, caplen };
+
+	if (caplen > PCAP_SNAPLEN)
+		return -EMSGSIZE;
+	if (fwrite(rec, 4, 4, f) != 4 || fwrite(hdr, 1, hlen, f) != hlen || fwrite(pkt, 1, len, f) != len)
+		return -EIO;
+	return 0;
 }
 
 int pdma_gen_pcap_record(FILE *f, const uint8_t *pkt, uint32_t len, uint32_t src, uint32_t dst,
 			 uint16_t sport, uint16_t dport, uint64_t t_us)
 {
-	uint8_t h[42] = { 0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00 };
-	uint8_t *ip = h + 14, *udp = h + 34;
-	uint32_t caplen = PCAP_HDRS + len;
-	uint32_t rec[4] = { (uint32_t)(t_us / 1000000), (uint32_t)(t_us % 1000000), caplen, caplen };
+	const struct pdma_eth_addr a = { { 0x02, 0, 0, 0, 0, 2 }, { 0x02, 0, 0, 0, 0, 1 }, src, dst, sport, dport };
+	uint8_t h[PDMA_ETH_HDRS];
 
 	if (len > UDP4_MAX)
 		return -EMSGSIZE;
-	ip[0] = 0x45;
-	ip[2] = (uint8_t)((20 + 8 + len) >> 8);
-	ip[3] = (uint8_t)(20 + 8 + len);
-	ip[6] = 0x40; /* DF */
-	ip[8] = 64;
-	ip[9] = 17;
-	memcpy(ip + 12, &src, 4);
-	memcpy(ip + 16, &dst, 4);
-	uint16_t cs = ip_csum(ip, 20);
-	ip[10] = (uint8_t)(cs >> 8);
-	ip[11] = (uint8_t)cs;
-	udp[0] = (uint8_t)(sport >> 8);
-	udp[1] = (uint8_t)sport;
-	udp[2] = (uint8_t)(dport >> 8);
-	udp[3] = (uint8_t)dport;
-	udp[4] = (uint8_t)((8 + len) >> 8);
-	udp[5] = (uint8_t)(8 + len);
-	if (fwrite(rec, 4, 4, f) != 4 || fwrite(h, 1, 42, f) != 42 || fwrite(pkt, 1, len, f) != len)
-		return -EIO;
-	return 0;
+	pdma_eth_frame(h, &a, len, 0, 0); /* headers only: no UDP checksum */
+	return pdma_gen_pcap_frame(f, h, PDMA_ETH_HDRS, pkt, len, t_us);
 }
 
 int pdma_gen_write_pcap(struct pdma_gen *g, FILE *f, const char *host, uint16_t port)
