@@ -45,8 +45,8 @@
 #include "deframe.h"
 
 /* 5: the measurement entry points moved to the benchmark module
- * (bench/ingest/gpu_bench.h). */
-#define PDMA_GPU_API_VERSION 5
+ * (bench/ingest/gpu_bench.h). 6: run_frames (frame rings). */
+#define PDMA_GPU_API_VERSION 6
 
 struct pdma_gpu_dfr;
 
@@ -84,6 +84,18 @@ struct pdma_gpu_ops {
 	/* -ENOENT: not auto, v11 or v7s. */
 	int (*set_kernel)(struct pdma_gpu_dfr *g, const char *name);
 	const char *(*kernel_name)(struct pdma_gpu_dfr *g);
+	/* Frame rings (deframe/frame.h): deframe n frames, frame i at base +
+	 * frames[i].off (frames[i].len bytes, NIC status frames[i].flags).
+	 * base: device memory or registered host memory (a NIC's receive
+	 * buffers in GPU memory: the frames are read in place, no copy);
+	 * frames: device memory, registered host memory, or any host memory
+	 * (then copied to the device first). Descriptors (n) come back to desc
+	 * (skipped frames: status -PDMA_DFR_E_FRAME, reason in count), in the
+	 * frames' order, for pdma_frm_account(). Runs v11's two passes (the
+	 * header pass over frames, the same copy pass) whatever the kernel
+	 * setting, on streams. Synchronous. */
+	int (*run_frames)(struct pdma_gpu_dfr *g, const struct pdma_frm_cfg *fc, const void *base,
+			  const struct pdma_frame *frames, uint32_t n, struct pdma_dfr_desc *desc);
 };
 
 typedef int (*pdma_vrt_cuda_api_fn)(struct pdma_gpu_ops *ops, uint32_t version);

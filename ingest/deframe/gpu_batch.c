@@ -13,6 +13,7 @@ struct pdma_gpu_batch {
 	void *dl;                    /* the module's handle */
 	struct pdma_gpu_dfr *dfr;    /* the deframer on the device */
 	struct pdma_dfr_desc *desc;  /* the descriptors of one batch */
+	uint32_t ndesc;              /* ... at most */
 	bool staged;
 	size_t chunk;                /* bytes per host-staged copy */
 	int err;                     /* first failure */
@@ -50,7 +51,8 @@ int pdma_gpu_batch_open(struct pdma_gpu_batch **out, const struct pdma_dfr_confi
 	}
 	b->chunk = chunk ? chunk : (4u << 20);
 	/* A ring rounds its slots up to a power of two: at most twice these. */
-	b->desc = calloc(ring_slots * 2u, sizeof(*b->desc));
+	b->ndesc = ring_slots * 2u;
+	b->desc = calloc(b->ndesc, sizeof(*b->desc));
 	if (!b->desc) {
 		ret = -ENOMEM;
 		goto err;
@@ -85,6 +87,28 @@ void pdma_gpu_batch_unregister(struct pdma_gpu_batch *b, const struct pdma_ring 
 	b->ops.host_unregister(b->dfr, r->base);
 }
 
+int pdma_gpu_batch_register_mem(struct pdma_gpu_batch *b, void *p, size_t bytes)
+{
+	return b->ops.host_register(b->dfr, p, bytes);
+}
+
+void pdma_gpu_batch_unregister_mem(struct pdma_gpu_batch *b, void *p)
+{
+	b->ops.host_unregister(b->dfr, p);
+}
+
+/* After a failed run: its n descriptors as unattributed malformed datagrams
+ * rather than lost silently; the first error is kept. */
+static void batch_failed(struct pdma_gpu_batch *b, uint32_t n, int e)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		b->desc[i] = (struct pdma_dfr_desc){ .stream = PDMA_DFR_NO_STREAM,
+						     .status = -PDMA_DFR_E_EMPTY };
+	}
+	if (!b->err)
+		b->err = e;
+}
+
 uint32_t pdma_gpu_batch_consume(struct pdma_gpu_batch *b, const struct pdma_ring *r, uint64_t tail,
 				uint64_t head, bool flush, double now, double *last_batch,
 				struct pdma_acct *acct)
@@ -97,20 +121,26 @@ uint32_t pdma_gpu_batch_consume(struct pdma_gpu_batch *b, const struct pdma_ring
 	const uint8_t *base = pdma_ring_slot(r, tail);
 	int e = b->staged ? b->ops.run_staged(b->dfr, base, r->slot_size, n, b->chunk, b->desc)
 			  : b->ops.run(b->dfr, base, r->slot_size, n, b->desc);
-	if (e) {
-		/* Count the batch as unattributed malformed rather than lose it
-		 * silently; the error is sticky. */
-		for (uint32_t i = 0; i < n; i++) {
-			b->desc[i] = (struct pdma_dfr_desc){ .stream = PDMA_DFR_NO_STREAM,
-							     .status = -PDMA_DFR_E_EMPTY };
-		}
-		if (!b->err)
-			b->err = e;
-	}
+	if (e)
+		batch_failed(b, n, e);
 	for (uint32_t i = 0; i < n; i++)
 		pdma_acct_add(acct, &b->desc[i], 0);
 	*last_batch = now;
 	return n;
+}
+
+int pdma_gpu_batch_frames(struct pdma_gpu_batch *b, const struct pdma_frm_cfg *fc, const void *base,
+			  const struct pdma_frame *frames, uint32_t n, struct pdma_acct *acct,
+			  struct pdma_frm_stats *fs)
+{
+	if (n > b->ndesc)
+		return -E2BIG;
+	int e = b->ops.run_frames(b->dfr, fc, base, frames, n, b->desc);
+	if (e)
+		batch_failed(b, n, e);
+	for (uint32_t i = 0; i < n; i++)
+		pdma_frm_account(fs, acct, &b->desc[i], 0);
+	return e;
 }
 
 int pdma_gpu_batch_error(const struct pdma_gpu_batch *b)

@@ -16,6 +16,7 @@
 
 #include "deframe/acct.h"
 #include "deframe/deframe_cpu.h"
+#include "deframe/frame_acct.h"
 #include "rx/ring.h"
 
 /* How each batch is launched: one CUDA graph replay per batch, one stream
@@ -44,6 +45,25 @@ void pdma_gpu_batch_unregister(struct pdma_gpu_batch *b, const struct pdma_ring 
 uint32_t pdma_gpu_batch_consume(struct pdma_gpu_batch *b, const struct pdma_ring *r, uint64_t tail,
 				uint64_t head, bool flush, double now, double *last_batch,
 				struct pdma_acct *acct);
+/* Pin and map host memory that holds a frame ring's region (or its frame
+ * descriptors) for the device; GPU memory needs neither. */
+int pdma_gpu_batch_register_mem(struct pdma_gpu_batch *b, void *p, size_t bytes);
+void pdma_gpu_batch_unregister_mem(struct pdma_gpu_batch *b, void *p);
+/*
+ * The GPU's frame-ring entry point (deframe/frame.h): deframe n frames, frame
+ * i at base + frames[i].off, on the device, and account their descriptors in
+ * the frames' order: skipped frames into *fs by reason, datagrams into acct
+ * (pdma_frm_account, as pdma_dfr_process_frames counts on the CPU). base is
+ * device memory (the NIC's receive buffers in GPU pages: read in place) or
+ * registered host memory; frames may be plain host memory (copied, 8 bytes a
+ * frame). n at most the ring_slots * 2 given at open. Returns 0, or the
+ * error of a failed run: its frames are then counted as datagrams with an
+ * unattributed error, as a failed slot batch is, and the error is kept
+ * (pdma_gpu_batch_error). Synchronous.
+ */
+int pdma_gpu_batch_frames(struct pdma_gpu_batch *b, const struct pdma_frm_cfg *fc, const void *base,
+			  const struct pdma_frame *frames, uint32_t n, struct pdma_acct *acct,
+			  struct pdma_frm_stats *fs);
 /* The first error of a batch, 0 if none. */
 int pdma_gpu_batch_error(const struct pdma_gpu_batch *b);
 /* After the last batch: the device's tables into d->t, so callers read one

@@ -186,6 +186,7 @@ int dfr_ensure_desc(struct pdma_gpu_dfr *g, size_t n)
 		return 0;
 	if (g->d_desc)
 		cudaFree(g->d_desc);
+	cudaFree(g->d_frames);
 	if (g->h_desc)
 		cudaFreeHost(g->h_desc);
 	g->d_desc = NULL;
@@ -419,6 +420,7 @@ static void g_close(struct pdma_gpu_dfr *g)
 	cudaFree(g->t.tags);
 	cudaFree(g->t.out);
 	cudaFree(g->d_desc);
+	cudaFree(g->d_frames);
 	if (g->h_desc)
 		cudaFreeHost(g->h_desc);
 	for (int i = 0; i < 2; i++) {
@@ -644,6 +646,96 @@ int dfr_run_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size,
 	return 0;
 }
 
+/* Frame rings: v11's header pass over the frames, then the same copy pass
+ * with the region as "slots" of size 0 (the work list holds offsets from
+ * the region's start; frames are at most 4 GiB into it). The copy stride
+ * comes from the longest payload seen, else from the longest a frame can
+ * carry. Batches whose copy grid would pass 2^32 threads go in parts. */
+static int frames_launch(struct pdma_gpu_dfr *g, const struct pdma_frm_cfg *fc, const uint8_t *base,
+			 const struct pdma_frame *frames, uint32_t n, struct pdma_dfr_desc *d_desc)
+{
+	cudaStream_t s = g->s[0];
+	const uint32_t maxf = fc->max_len ? fc->max_len : PDMA_FRM_MAX_LEN;
+	uint32_t lmax = std::min(g->c.max_payload, maxf);
+	const uint32_t hint = *(volatile uint32_t *)g->hint_h;
+	if (hint && hint < lmax)
+		lmax = hint;
+	uint32_t stride = (lmax + 15) / 16 + 1;
+	uint32_t hintk = hint ? lmax : 0;
+	const uint32_t per = (uint32_t)std::min<uint64_t>(n, ((1ull << 32) - 8192) / stride);
+	int ret = tp_reserve(g, 0, per);
+	if (ret)
+		return ret;
+	uint4 *wl = g->tpwl[0];
+	struct pdma_frm_cfg f = *fc;
+	for (uint32_t first = 0; first < n; first += per) {
+		uint32_t cnt = std::min(per, n - first);
+		const struct pdma_frame *fp = frames + first;
+		struct pdma_dfr_desc *dp = d_desc ? d_desc + first : NULL;
+		void *ha[] = { &g->c, &g->t, &f, &base, &fp, &cnt, &dp, &wl, &stride, &hintk, &g->d_pmax, &g->hint_d };
+		CK(g, cudaLaunchKernel((const void *)dfr_frm_hdr_pass, dim3((cnt + 255) / 256), dim3(256), ha, 0, s));
+		cudaLaunchConfig_t cfg;
+		cudaLaunchAttribute at[1];
+		memset(&cfg, 0, sizeof(cfg));
+		memset(at, 0, sizeof(at));
+		const uint64_t thr = (uint64_t)cnt * stride;
+		cfg.gridDim = dim3((uint32_t)((thr + 256ull * DFR_COPY_U - 1) / (256ull * DFR_COPY_U)));
+		cfg.blockDim = dim3(256);
+		cfg.stream = s;
+		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at[0].val.programmaticStreamSerializationAllowed = 1;
+		cfg.attrs = at;
+		cfg.numAttrs = 1;
+		const uint4 *wlc = wl;
+		uint8_t *out = g->t.out;
+		uint32_t zero = 0;
+		void *args[] = { &base, &zero, &cnt, &stride, &out, &wlc };
+		CK(g, cudaLaunchKernelExC(&cfg, (const void *)dfr_copy_pass, args));
+	}
+	return 0;
+}
+
+static int g_run_frames(struct pdma_gpu_dfr *g, const struct pdma_frm_cfg *fc, const void *base,
+			const struct pdma_frame *frames, uint32_t n, struct pdma_dfr_desc *desc)
+{
+	const void *dbase, *dfr = NULL;
+	cudaPointerAttributes a;
+	int ret;
+	if (!n)
+		return 0;
+	if ((ret = dfr_dev_ptr(g, base, &dbase)))
+		return ret;
+	/* Frame descriptors the device can read where they are, else a copy
+	 * (n * 8 bytes: a NIC's completions polled into host memory). */
+	if (cudaPointerGetAttributes(&a, frames) != cudaSuccess || a.type == cudaMemoryTypeUnregistered ||
+	    dfr_dev_ptr(g, frames, &dfr))
+		dfr = NULL;
+	cudaGetLastError();
+	if (!dfr) {
+		if (g->frames_cap < n) {
+			cudaFree(g->d_frames);
+			g->d_frames = NULL;
+			g->frames_cap = 0;
+			CK(g, cudaMalloc(&g->d_frames, (size_t)n * sizeof(*frames)));
+			g->frames_cap = n;
+		}
+		CK(g, cudaMemcpyAsync(g->d_frames, frames, (size_t)n * sizeof(*frames), cudaMemcpyHostToDevice,
+				      g->s[0]));
+		dfr = g->d_frames;
+	}
+	if (desc && (ret = dfr_ensure_desc(g, n)))
+		return ret;
+	if ((ret = frames_launch(g, fc, (const uint8_t *)dbase, (const struct pdma_frame *)dfr, n,
+				 desc ? g->d_desc : NULL)))
+		return ret;
+	if (desc)
+		CK(g, cudaMemcpyAsync(g->h_desc, g->d_desc, (size_t)n * sizeof(*desc), cudaMemcpyDeviceToHost, g->s[0]));
+	CK(g, cudaStreamSynchronize(g->s[0]));
+	if (desc)
+		memcpy(desc, g->h_desc, (size_t)n * sizeof(*desc));
+	return 0;
+}
+
 static int g_read_tables(struct pdma_gpu_dfr *g, struct pdma_dfr_tables *t)
 {
 	size_t ns = g->c.max_streams, tags = ns * g->c.out_pkts;
@@ -683,5 +775,6 @@ extern "C" __attribute__((visibility("default"))) int pdma_vrt_cuda_api(struct p
 	ops->get_launch = g_get_launch;
 	ops->set_kernel = dfr_set_kernel;
 	ops->kernel_name = g_kernel_name;
+	ops->run_frames = g_run_frames;
 	return 0;
 }

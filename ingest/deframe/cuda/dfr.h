@@ -31,6 +31,10 @@ __global__ void dfr_onepass(struct pdma_dfr_config c, struct pdma_dfr_tables t, 
 __global__ void dfr_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,
 			     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl,
 			     uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint);
+__global__ void dfr_frm_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, struct pdma_frm_cfg fc,
+				 const uint8_t *base, const struct pdma_frame *frames, uint32_t n,
+				 struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint, uint32_t *pmax,
+				 uint32_t *hhint);
 __global__ void dfr_copy_pass(const uint8_t *slots, uint32_t slot_size, uint32_t n, uint32_t stride,
 			      uint8_t *out, const uint4 *wl);
 
@@ -71,6 +75,8 @@ struct pdma_gpu_dfr {
 	uint32_t *d_pmax;             /* ... its device-side maximum */
 	uint32_t auto_min;            /* auto: v11 once the longest payload seen is this long */
 	uint64_t topo;                /* graph capture: the launch topology launch() chose, folded per call */
+	struct pdma_frame *d_frames;  /* frame descriptors copied from unregistered host memory */
+	size_t frames_cap;
 	struct {                      /* registered host ranges and their device aliases */
 		const uint8_t *p, *d;
 		size_t n;

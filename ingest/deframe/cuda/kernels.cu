@@ -96,33 +96,18 @@ __device__ __forceinline__ static uint32_t windows16(uintptr_t a, uint32_t len)
 	return (uint32_t)(((a + len + 15) >> 4) - (a >> 4));
 }
 
-/* Header stage of one packet, run by one lane: validate, find the stream
- * (shared-memory copy of the table first; global compare-and-swap only when a
- * stream is first seen), check the payload size, and claim the output
- * position with the tag atomic (newer wins).
- * FAST (v11): pp is the slot's prefix (pdma_dfr_prefix, loaded by the
- * caller) and pdma_dfr_header_fast() runs first; the general path, out of
- * line, only for what it declines. Else (v7s) the general path with its
- * parser scratch in shared memory (sv). */
-template <bool FAST>
-__device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
-			       unsigned long long *s_keys, uint32_t *s_plen, uint32_t ncache, const uint8_t *slot,
-			       uint32_t slot_size, struct pdma_dfr_desc &d, uint32_t &off, uint32_t &len,
-			       unsigned long long &dst, struct vrt_scratch *sv, uint32_t *pmax, uint32_t *hhint,
-			       const struct pdma_dfr_pre *pp = nullptr)
+/* After the header stage (st, d, r): find the stream (shared-memory copy of
+ * the table first; global compare-and-swap only when a stream is first
+ * seen), check the payload size and class, and claim the output position
+ * with the tag atomic (newer wins). The payload's source is src_base +
+ * r.payload_off bytes from the packet's base (its slot, or the frame
+ * region): off, len and dst say what to copy where. */
+__device__ __forceinline__ static int dfr_place(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
+						unsigned long long *s_keys, uint32_t *s_plen, uint32_t ncache, int st,
+						struct pdma_dfr_desc &d, const struct pdma_dfr_pkt &r, uint32_t src_base,
+						uint32_t &off, uint32_t &len, unsigned long long &dst, uint32_t *pmax,
+						uint32_t *hhint)
 {
-	struct pdma_dfr_pkt r;
-	int st = PDMA_DFR_ST_DATA;
-	if constexpr (FAST) {
-		if (!(pp && pdma_dfr_header_fast(&c, slot, slot_size, pp, &d, &r))) {
-			const struct dfr_hres h = dfr_header_slow(c, slot, slot_size);
-			d = h.d;
-			r = h.r;
-			st = h.st;
-		}
-	} else {
-		st = pdma_dfr_header_v(&c, slot, slot_size, &d, &r, &sv->v);
-	}
 	if (st < 0)
 		return st;
 	unsigned long long want = (1ull << 32) | d.stream_id;
@@ -183,10 +168,73 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 	unsigned long long *tag = (unsigned long long *)&t.tags[(size_t)idx * c.out_pkts + pos];
 	if (atomicMax(tag, (unsigned long long)(r.pkt + 1)) >= r.pkt + 1)
 		return PDMA_DFR_ST_DATA_OLD; /* duplicate or stale: never overwrites */
-	off = PDMA_SLOT_HDR + r.payload_off;
+	off = src_base + r.payload_off;
 	len = r.payload_len;
 	dst = out_off(c, (uint32_t)idx, pos, r.payload_len);
 	return PDMA_DFR_ST_DATA;
+}
+
+/* Header stage of one packet, run by one lane: validate, then dfr_place.
+ * FAST (v11): pp is the slot's prefix (pdma_dfr_prefix, loaded by the
+ * caller) and pdma_dfr_header_fast() runs first; the general path, out of
+ * line, only for what it declines. Else (v7s) the general path with its
+ * parser scratch in shared memory (sv). */
+template <bool FAST>
+__device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
+			       unsigned long long *s_keys, uint32_t *s_plen, uint32_t ncache, const uint8_t *slot,
+			       uint32_t slot_size, struct pdma_dfr_desc &d, uint32_t &off, uint32_t &len,
+			       unsigned long long &dst, struct vrt_scratch *sv, uint32_t *pmax, uint32_t *hhint,
+			       const struct pdma_dfr_pre *pp = nullptr)
+{
+	struct pdma_dfr_pkt r;
+	int st = PDMA_DFR_ST_DATA;
+	if constexpr (FAST) {
+		if (!(pp && pdma_dfr_header_fast(&c, slot, slot_size, pp, &d, &r))) {
+			const struct dfr_hres h = dfr_header_slow(c, slot, slot_size);
+			d = h.d;
+			r = h.r;
+			st = h.st;
+		}
+	} else {
+		st = pdma_dfr_header_v(&c, slot, slot_size, &d, &r, &sv->v);
+	}
+	return dfr_place(c, t, s_keys, s_plen, ncache, st, d, r, PDMA_SLOT_HDR, off, len, dst, pmax, hhint);
+}
+
+/* The general datagram stage out of line (the frame lane's fallback). */
+__device__ __noinline__ static struct dfr_hres dfr_dgram_slow(struct pdma_dfr_config c, const uint8_t *dg,
+							   uint32_t len)
+{
+	struct dfr_hres h;
+	struct pdma_vrt_packet v;
+	h.st = pdma_dfr_dgram_v(&c, dg, len, &h.d, &h.r, &v);
+	return h;
+}
+
+/* A frame ring's lane: the frame's headers (frame.h, checksums where the
+ * NIC did not verify them), then its datagram on the fast path, the general
+ * path out of line for what it declines, then dfr_place with the source at
+ * the frame's offset in the region. */
+__device__ static int dfr_frame_lane(const struct pdma_dfr_config &c, const struct pdma_frm_cfg &fc,
+				     const struct pdma_dfr_tables &t, unsigned long long *s_keys, uint32_t *s_plen,
+				     uint32_t ncache, const uint8_t *base, struct pdma_frame fr,
+				     struct pdma_dfr_desc &d, uint32_t &off, uint32_t &len, unsigned long long &dst,
+				     uint32_t *pmax, uint32_t *hhint)
+{
+	const uint8_t *f = base + fr.off;
+	struct pdma_dfr_pkt r;
+	uint32_t dg_off, dl;
+	int st = pdma_frm_parse(&fc, f, fr.len, fr.flags, &dg_off, &dl);
+	if (st)
+		return pdma_dfr_frame_skip(&d, st);
+	st = PDMA_DFR_ST_DATA;
+	if (!pdma_dfr_dgram_fast(&c, f + dg_off, dl, &d, &r)) {
+		const struct dfr_hres h = dfr_dgram_slow(c, f + dg_off, dl);
+		d = h.d;
+		r = h.r;
+		st = h.st;
+	}
+	return dfr_place(c, t, s_keys, s_plen, ncache, st, d, r, fr.off + dg_off, off, len, dst, pmax, hhint);
 }
 
 /* v7s. A warp takes `group` (<= 32) packets at a time. Each lane runs the
@@ -255,10 +303,16 @@ __device__ static void copy_serial(uint8_t *d, const uint8_t *s, uint32_t len)
  * the device-side maximum *pmax and writes the result to the host's hint word
  * (*hhint, mapped host memory), so the next launch's stride covers it. The
  * copy pass never depends on the hint being right, only its width does. */
-__global__ void __launch_bounds__(256)
-	dfr_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
-		     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride,
-		     uint32_t hint, uint32_t *pmax, uint32_t *hhint)
+/* The header pass's body: FR false for ring slots (dfr_hdr_pass), true for
+ * a frame ring (dfr_frm_hdr_pass: slots is the region, slot_size 0, frame i
+ * described by frames[i]; the work list's source offset is then from the
+ * region's start, so the copy pass runs unchanged with slot_size 0). */
+template <bool FR>
+__device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
+						     const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n,
+						     struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint,
+						     uint32_t *pmax, uint32_t *hhint, const struct pdma_frame *frames,
+						     const struct pdma_frm_cfg &fc)
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
@@ -272,15 +326,21 @@ __global__ void __launch_bounds__(256)
 	const uint32_t lane = threadIdx.x & 31;
 	const uint32_t ncache = c.max_streams < DFR_CACHE ? c.max_streams : DFR_CACHE;
 	const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-	/* The slot's prefix is loaded before the stream table, so the two round
-	 * trips overlap. pre is always a valid object, never a pointer chosen at
-	 * run time (that kept it in local memory: a store and a reload per field
-	 * on the critical path); len 0, where there is no prefix, makes the fast
-	 * path decline. */
+	/* The slot's prefix (a frame's descriptor) is loaded before the stream
+	 * table, so the two round trips overlap. pre is always a valid object,
+	 * never a pointer chosen at run time (that kept it in local memory: a
+	 * store and a reload per field on the critical path); len 0, where
+	 * there is no prefix, makes the fast path decline. */
 	struct pdma_dfr_pre pre;
+	struct pdma_frame fr = {};
 	pre.len = 0;
-	if (i < n && slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
-		pdma_dfr_prefix(slots + (size_t)i * slot_size, &pre);
+	if constexpr (FR) {
+		if (i < n)
+			fr = frames[i];
+	} else {
+		if (i < n && slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
+			pdma_dfr_prefix(slots + (size_t)i * slot_size, &pre);
+	}
 	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
 		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
 		s_plen[k] = *(volatile uint32_t *)&t.plen[k];
@@ -291,16 +351,20 @@ __global__ void __launch_bounds__(256)
 	uint32_t off = 0, len = 0;
 	unsigned long long dst = 0;
 	if (i < n) {
-		const uint8_t *myslot = slots + (size_t)i * slot_size;
+		const uint8_t *src = FR ? slots : slots + (size_t)i * slot_size;
 		struct pdma_dfr_desc d;
-		int st = dfr_lane<true>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst, nullptr,
-					pmax, hhint, &pre);
+		int st;
+		if constexpr (FR)
+			st = dfr_frame_lane(c, fc, t, s_keys, s_plen, ncache, slots, fr, d, off, len, dst, pmax, hhint);
+		else
+			st = dfr_lane<true>(c, t, s_keys, s_plen, ncache, src, slot_size, d, off, len, dst, nullptr,
+					    pmax, hhint, &pre);
 		d.status = (int8_t)st;
 		if (desc)
 			desc[i] = d;
 		uint32_t wlen = len;
 		if (len && windows16((uintptr_t)(t.out + dst), len) > stride) {
-			copy_serial(t.out + dst, myslot + off, len);
+			copy_serial(t.out + dst, src + off, len);
 			wlen = 0;
 		}
 		wl[i] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), wlen ? off : 0, wlen);
@@ -313,6 +377,26 @@ __global__ void __launch_bounds__(256)
 		const uint32_t old = atomicMax(pmax, s_red);
 		*(volatile uint32_t *)hhint = old > s_red ? old : s_red;
 	}
+}
+
+__global__ void __launch_bounds__(256)
+	dfr_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
+		     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride,
+		     uint32_t hint, uint32_t *pmax, uint32_t *hhint)
+{
+	const struct pdma_frm_cfg fc = {};
+	hdr_pass_body<false>(c, t, slots, slot_size, n, desc, wl, stride, hint, pmax, hhint, nullptr, fc);
+}
+
+/* The header pass over a frame ring (region at base, frames[n]); then
+ * dfr_copy_pass(base, 0, n, ...) copies as for slots. */
+__global__ void __launch_bounds__(256)
+	dfr_frm_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, struct pdma_frm_cfg fc,
+			 const uint8_t *__restrict__ base, const struct pdma_frame *__restrict__ frames, uint32_t n,
+			 struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint, uint32_t *pmax,
+			 uint32_t *hhint)
+{
+	hdr_pass_body<true>(c, t, base, 0, n, desc, wl, stride, hint, pmax, hhint, frames, fc);
 }
 
 /* 16 bytes starting m (1..15) bytes into lo, continuing into hi. */
