@@ -18,6 +18,17 @@
 
 #include "mem/mem.h"
 
+/*
+ * Someone to tell when the region is revoked (an MR segment: PDMA_MR_REVOKED
+ * events). Called from pdma_region_revoke after the region is invalid, under
+ * the region's users lock: it must not add or remove users, nor wait for
+ * anything that does.
+ */
+struct pdma_region_user {
+	struct pdma_region_user *prev, *next;
+	void (*revoked)(struct pdma_region_user *u);
+};
+
 struct pdma_region {
 	uint64_t start;                 /* page-aligned */
 	size_t len;                     /* whole pages */
@@ -30,6 +41,8 @@ struct pdma_region {
 	atomic_int refcnt;              /* users: MR segments (+ the cache's index) */
 	atomic_bool valid;              /* false once revoked: never handed out again */
 	pthread_rwlock_t quiesce;       /* DMA holds it shared; revoke takes it exclusive */
+	pthread_mutex_t users_lock;
+	struct pdma_region_user *users; /* told of a revocation, under users_lock */
 	void *owner;                    /* the cache that indexes it, or NULL */
 	void *cache_priv;               /* the cache's own bookkeeping */
 };
@@ -51,6 +64,11 @@ void pdma_region_revoke(struct pdma_region *r);
 void pdma_region_destroy(struct pdma_region *r);
 /* Unpin; the memory of r stays the caller's (pairs with pdma_region_init). */
 void pdma_region_fini(struct pdma_region *r);
+
+/* Watch r for revocation; a region already revoked calls u->revoked at once
+ * (in the caller's thread). del: after it returns no callback runs for u. */
+void pdma_region_add_user(struct pdma_region *r, struct pdma_region_user *u);
+void pdma_region_del_user(struct pdma_region *r, struct pdma_region_user *u);
 
 /* Defined by the registration cache (lib/cache/); called by
  * pdma_region_revoke for a region whose owner is set. */
