@@ -17,15 +17,16 @@
 #include <stdbool.h>
 
 #include "mem/mem.h"
+#include "mr/fork.h"
 
 /*
  * Someone to tell when the region is revoked (an MR segment: PDMA_MR_REVOKED
  * events). Called from pdma_region_revoke after the region is invalid, under
- * the region's users lock: it must not add or remove users, nor wait for
- * anything that does.
+ * the users list's lock: it must not add or remove users, nor wait for
+ * anything that does. It may be called more than once (dedup is the user's).
  */
 struct pdma_region_user {
-	struct pdma_region_user *prev, *next;
+	struct pdma_fork_node node; /* on the region's users list */
 	void (*revoked)(struct pdma_region_user *u);
 };
 
@@ -41,8 +42,8 @@ struct pdma_region {
 	atomic_int refcnt;              /* users: MR segments (+ the cache's index) */
 	atomic_bool valid;              /* false once revoked: never handed out again */
 	pthread_rwlock_t quiesce;       /* DMA holds it shared; revoke takes it exclusive */
-	pthread_mutex_t users_lock;
-	struct pdma_region_user *users; /* told of a revocation, under users_lock */
+	struct pdma_fork_list users;    /* told of a revocation (a locked list,
+					 * lib/mr/fork.h's: the same shape) */
 	void *owner;                    /* the cache that indexes it, or NULL */
 	void *cache_priv;               /* the cache's own bookkeeping */
 };

@@ -19,7 +19,7 @@
  * MR is open (pdma_eq_close: -EBUSY) and this MR is open until it unwatches. */
 static void seg_revoked(struct pdma_region_user *u)
 {
-	struct pdma_mr_seg *seg = (struct pdma_mr_seg *)((char *)u - offsetof(struct pdma_mr_seg, user));
+	struct pdma_mr_seg *seg = pdma_fork_entry(u, struct pdma_mr_seg, user);
 	struct pdma_mr *m = seg->mr;
 	struct pdma_domain *d = m->dom;
 	struct pdma_eq *eq;
