@@ -17,6 +17,18 @@
 #include <stdbool.h>
 
 #include "mem/mem.h"
+#include "mr/fork.h"
+
+/*
+ * Someone to tell when the region is revoked (an MR segment: PDMA_MR_REVOKED
+ * events). Called from pdma_region_revoke after the region is invalid, under
+ * the users list's lock: it must not add or remove users, nor wait for
+ * anything that does. It may be called more than once (dedup is the user's).
+ */
+struct pdma_region_user {
+	struct pdma_fork_node node; /* on the region's users list */
+	void (*revoked)(struct pdma_region_user *u);
+};
 
 struct pdma_region {
 	uint64_t start;                 /* page-aligned */
@@ -30,6 +42,8 @@ struct pdma_region {
 	atomic_int refcnt;              /* users: MR segments (+ the cache's index) */
 	atomic_bool valid;              /* false once revoked: never handed out again */
 	pthread_rwlock_t quiesce;       /* DMA holds it shared; revoke takes it exclusive */
+	struct pdma_fork_list users;    /* told of a revocation (a locked list,
+					 * lib/mr/fork.h's: the same shape) */
 	void *owner;                    /* the cache that indexes it, or NULL */
 	void *cache_priv;               /* the cache's own bookkeeping */
 };
@@ -51,6 +65,11 @@ void pdma_region_revoke(struct pdma_region *r);
 void pdma_region_destroy(struct pdma_region *r);
 /* Unpin; the memory of r stays the caller's (pairs with pdma_region_init). */
 void pdma_region_fini(struct pdma_region *r);
+
+/* Watch r for revocation; a region already revoked calls u->revoked at once
+ * (in the caller's thread). del: after it returns no callback runs for u. */
+void pdma_region_add_user(struct pdma_region *r, struct pdma_region_user *u);
+void pdma_region_del_user(struct pdma_region *r, struct pdma_region_user *u);
 
 /* Defined by the registration cache (lib/cache/); called by
  * pdma_region_revoke for a region whose owner is set. */

@@ -217,4 +217,20 @@ void pdma_cuda_before_release(struct pdma_cuda_release *rel, uint64_t p);
  * (primary context reset; -1: every device). */
 void pdma_cuda_invalidate_context(void *cuctx, int device);
 
+/*
+ * GPU memory as a domain registers it (cuda_kdev.c): pdma_mem_cuda_ops'
+ * handle pinned by peerdma.ko (be: struct pdma_cuda_kdev *), or, without a
+ * kernel device, only the dma-buf export (be: struct pdma_cuda *; memory
+ * without one is refused with -EOPNOTSUPP: nothing would pin it).
+ */
+struct pdma_kdev;
+struct pdma_cuda_kdev {
+	struct pdma_cuda *cuda;
+	struct pdma_kdev *kdev;
+};
+extern const struct pdma_mem_ops pdma_mem_cuda_kdev_ops;
+extern const struct pdma_mem_ops pdma_mem_cuda_export_ops;
+/* pdma_mem_cuda_ops.query, for the tables that share it. */
+int pdma_mem_cuda_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc *alloc);
+
 #endif /* PDMA_LIB_MEM_CUDA_H */

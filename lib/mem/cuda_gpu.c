@@ -48,7 +48,7 @@ static int gpu_kind_ok(struct pdma_cuda *ctx, const struct pdma_cuda_ptr_info *i
 	}
 }
 
-static int gpu_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc *alloc)
+int pdma_mem_cuda_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc *alloc)
 {
 	struct pdma_cuda *ctx = be;
 	struct pdma_cuda_ptr_info in;
@@ -222,7 +222,7 @@ const struct pdma_mem_ops pdma_mem_cuda_ops = {
 	.name = "cuda",
 	.page_size = PDMA_CUDA_GPU_PAGE,
 	.cpu_visible = false, /* GPU memory: not through a CPU pointer */
-	.query = gpu_query,
+	.query = pdma_mem_cuda_query,
 	.pin = gpu_pin,
 	.unpin = pdma_cuda_unpin,
 };

@@ -6,6 +6,8 @@
  *                 classification, the flush rule and the tag check
  *   cuda_gpu.c    GPU memory: pdma_mem_cuda_ops (dma-buf or nv-p2p pins)
  *   cuda_host.c   host memory the GPU uses: pdma_mem_cuda_host_ops
+ *   cuda_kdev.c   GPU memory as a domain registers it: pinned by peerdma.ko
+ *                 (pdma_mem_cuda_kdev_ops) or a dma-buf export only
  *   cuda_pins.c   the process-wide list of live pins, and the releases and
  *                 revocations the deallocation hooks drive through it
  */

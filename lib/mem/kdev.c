@@ -53,8 +53,11 @@ enum kpin_state { KPIN_LIVE, KPIN_REVOKING, KPIN_DEAD };
 
 struct kpin {
 	uint64_t handle;
-	uint64_t addr;
+	uint64_t addr;     /* the range the monitor is told about: user VA (host, GPU) */
 	size_t len;
+	uint32_t kind;     /* PEERDMA_KIND_* */
+	uint32_t page_size; /* the module's entry size and count */
+	uint32_t entries;
 	enum pdma_hmem_iface iface;
 	pdma_mem_revoke_fn revoke;
 	void *arg;
@@ -315,11 +318,12 @@ int pdma_kdev_pin_pages(struct pdma_kdev *k, const void *pin, uint32_t *state, u
 	return 0;
 }
 
-static int kdev_pin(struct pdma_kdev *k, uint32_t kind, enum pdma_hmem_iface iface,
-		    uint64_t addr, size_t len, pdma_mem_revoke_fn revoke, void *arg, void **out)
+int pdma_kdev_pin(struct pdma_kdev *k, uint32_t kind, uint32_t flags, int fd,
+		  enum pdma_hmem_iface iface, uint64_t addr, size_t len, uint64_t va,
+		  pdma_mem_revoke_fn revoke, void *arg, void **out)
 {
-	struct peerdma_pin pin = { .size = sizeof(pin), .kind = kind, .fd = -1, .addr = addr,
-				   .len = len };
+	struct peerdma_pin pin = { .size = sizeof(pin), .flags = flags, .kind = kind, .fd = fd,
+				   .addr = addr, .len = len };
 	struct kpin *p;
 
 	if (!k)
@@ -338,11 +342,19 @@ static int kdev_pin(struct pdma_kdev *k, uint32_t kind, enum pdma_hmem_iface ifa
 
 		pthread_mutex_unlock(&k->lock);
 		free(p);
-		return e == EINVAL ? -EFAULT : -e;
+		/* Host memory: EINVAL is the module refusing the range (not
+		 * mapped, not pinnable). GPU kinds keep the module's errno: it
+		 * says which (EOPNOTSUPP: no provider, EBADF, ENOMEM: BAR). */
+		return e == EINVAL && kind == PEERDMA_KIND_HOST ? -EFAULT : -e;
 	}
 	p->handle = pin.handle;
-	p->addr = pin.pinned_addr;
-	p->len = pin.pinned_len;
+	/* A dma-buf pin's pinned_addr is an offset in the buffer: the monitor
+	 * and the MR speak of the virtual address the caller gave. */
+	p->addr = kind == PEERDMA_KIND_HOST ? pin.pinned_addr : va;
+	p->len = kind == PEERDMA_KIND_HOST ? pin.pinned_len : len;
+	p->kind = kind;
+	p->page_size = pin.page_size;
+	p->entries = pin.entries;
 	p->iface = iface;
 	p->revoke = revoke;
 	p->arg = arg;
@@ -353,7 +365,71 @@ static int kdev_pin(struct pdma_kdev *k, uint32_t kind, enum pdma_hmem_iface ifa
 	return 0;
 }
 
-static void kdev_unpin(void *be, void *pin)
+/* The module's state of a pin: -ENODEV once revoked (whether or not its event
+ * was handled yet), -errno if it cannot be asked. */
+static int kdev_live(struct pdma_kdev *k, const struct kpin *p, struct peerdma_query *q)
+{
+	enum kpin_state st;
+
+	pthread_mutex_lock(&k->lock);
+	st = p->state;
+	pthread_mutex_unlock(&k->lock);
+	if (st != KPIN_LIVE)
+		return -ENODEV;
+	*q = (struct peerdma_query){ .size = sizeof(*q), .handle = p->handle };
+	if (ioctl(k->fd, PEERDMA_IOC_QUERY, q))
+		return errno == ENODEV ? -ENODEV : -errno;
+	return q->state == PEERDMA_STATE_LIVE ? 0 : -ENODEV;
+}
+
+int pdma_kdev_dma(struct pdma_kdev *k, const void *pin, struct pdma_mr_dma *dma)
+{
+	const struct kpin *p = pin;
+	struct peerdma_query q;
+	int ret;
+
+	if (k->fork_gen != pdma_fork_gen())
+		return -ECHILD; /* the file and its handles are the parent's */
+	ret = kdev_live(k, p, &q);
+	if (ret)
+		return ret;
+	dma->kernel_fd = k->fd;
+	dma->kind = p->kind;
+	dma->handle = p->handle;
+	dma->pinned_addr = p->addr;
+	dma->pinned_len = p->len;
+	dma->page_size = q.page_size;
+	dma->entries = q.entries;
+	dma->dmabuf_fd = -1;
+	dma->dmabuf_offset = 0;
+	return 0;
+}
+
+int pdma_kdev_dma_pages(struct pdma_kdev *k, const void *pin, uint64_t *addrs, uint32_t *count)
+{
+	const struct kpin *p = pin;
+	struct peerdma_query q;
+	struct peerdma_get_pages g = { .size = sizeof(g), .handle = p->handle };
+	int ret;
+
+	if (k->fork_gen != pdma_fork_gen())
+		return -ECHILD;
+	ret = kdev_live(k, p, &q);
+	if (ret)
+		return ret;
+	if (*count < q.entries || !addrs) {
+		*count = q.entries;
+		return -ERANGE;
+	}
+	g.addrs = (uint64_t)(uintptr_t)addrs;
+	g.count = *count;
+	if (ioctl(k->fd, PEERDMA_IOC_GET_PAGES, &g))
+		return -errno;
+	*count = g.count;
+	return 0;
+}
+
+void pdma_kdev_unpin(void *be, void *pin)
 {
 	struct pdma_kdev *k = be;
 	struct kpin *p = pin;
@@ -378,7 +454,18 @@ static int kdev_host_query(void *be, uint64_t addr, size_t len, struct pdma_mem_
 static int kdev_host_pin(void *be, uint64_t addr, size_t len, pdma_mem_revoke_fn revoke,
 			 void *arg, void **out)
 {
-	return kdev_pin(be, PEERDMA_KIND_HOST, PDMA_HMEM_SYSTEM, addr, len, revoke, arg, out);
+	return pdma_kdev_pin(be, PEERDMA_KIND_HOST, 0, -1, PDMA_HMEM_SYSTEM, addr, len, addr,
+			     revoke, arg, out);
+}
+
+static int kdev_host_dma(void *be, void *pin, struct pdma_mr_dma *dma)
+{
+	return pdma_kdev_dma(be, pin, dma);
+}
+
+static int kdev_host_dma_pages(void *be, void *pin, uint64_t *addrs, uint32_t *count)
+{
+	return pdma_kdev_dma_pages(be, pin, addrs, count);
 }
 
 const struct pdma_mem_ops pdma_mem_kdev_host_ops = {
@@ -387,5 +474,7 @@ const struct pdma_mem_ops pdma_mem_kdev_host_ops = {
 	.cpu_visible = true,
 	.query = kdev_host_query,
 	.pin = kdev_host_pin,
-	.unpin = kdev_unpin,
+	.unpin = pdma_kdev_unpin,
+	.dma = kdev_host_dma,
+	.dma_pages = kdev_host_dma_pages,
 };

@@ -7,6 +7,7 @@
 #define PDMA_LIB_MEM_KDEV_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mem/mem.h"
@@ -48,5 +49,25 @@ int pdma_kdev_sync(struct pdma_kdev *kdev);
  * its n pages (needs CAP_SYS_RAWIO; -EINVAL if n is not its page count). */
 int pdma_kdev_pin_pages(struct pdma_kdev *kdev, const void *pin, uint32_t *state,
 			uint64_t *phys, uint32_t n);
+
+/*
+ * A pin of any kind (GPU memory of a kdev domain, lib/mem/cuda_kdev.c, pins
+ * through it): kind PEERDMA_KIND_*, flags PEERDMA_PIN_*, fd the dma-buf (KIND_DMABUF, addr
+ * then an offset in it) or -1, va the user or GPU virtual address the pin
+ * stands for (what the monitor is told when the kernel revokes it). Errors are
+ * the module's, except host memory it refuses (EINVAL): -EFAULT.
+ */
+int pdma_kdev_pin(struct pdma_kdev *kdev, uint32_t kind, uint32_t flags, int fd,
+		  enum pdma_hmem_iface iface, uint64_t addr, size_t len, uint64_t va,
+		  pdma_mem_revoke_fn revoke, void *arg, void **pin);
+void pdma_kdev_unpin(void *kdev, void *pin);
+/* pdma_mr_dma of a pin: kernel_fd, kind, handle, pinned_addr/len (the va
+ * range), page_size, entries; dmabuf_fd -1. -ENODEV once the module revoked
+ * it (asked with PEERDMA_IOC_QUERY: before its event is handled too). */
+int pdma_kdev_dma(struct pdma_kdev *kdev, const void *pin, struct pdma_mr_dma *dma);
+/* pdma_mr_dma_pages of a pin: -ERANGE with *count set when the room is too
+ * small, -EPERM without CAP_SYS_RAWIO, -ENODEV once revoked. */
+int pdma_kdev_dma_pages(struct pdma_kdev *kdev, const void *pin, uint64_t *addrs,
+			uint32_t *count);
 
 #endif /* PDMA_LIB_MEM_KDEV_H */

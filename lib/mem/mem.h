@@ -46,6 +46,12 @@ struct pdma_mem_ops {
 		   void **pin);
 	/* Release a pin; safe after the pin was revoked (then only frees it). */
 	void (*unpin)(void *be, void *pin);
+	/* Optional (NULL: -ENOENT, nothing a device driver could use): what a
+	 * driver needs to DMA to the pin (pdma_mr_dma; addr is left to the
+	 * caller), and the CPU physical addresses of its pages
+	 * (pdma_mr_dma_pages). -ENODEV once the pin was revoked. */
+	int (*dma)(void *be, void *pin, struct pdma_mr_dma *dma);
+	int (*dma_pages)(void *be, void *pin, uint64_t *addrs, uint32_t *count);
 };
 
 extern const struct pdma_mem_ops pdma_mem_host_ops;

@@ -18,6 +18,7 @@
 
 #include "peerdma/mr.h"
 #include "cache/region.h"
+#include "mem/cuda.h"
 #include "mr/fork.h"
 
 struct pdma_cache;
@@ -33,6 +34,8 @@ struct pdma_mr_seg {
 	uint64_t addr;
 	size_t len;
 	struct pdma_region *region;
+	struct pdma_mr *mr;
+	struct pdma_region_user user; /* on region's users while the MR is open */
 };
 
 /* Raw keys: the internal key followed by a random tag, so a raw key cannot be
@@ -83,6 +86,7 @@ struct pdma_mr {
 	struct pdma_cntr *cntr;
 	uint64_t cntr_flags;
 	struct pdma_ep *ep;
+	atomic_bool revoked; /* PDMA_MR_REVOKED posted (once per MR) */
 	size_t nsegs;
 	struct pdma_mr_seg segs[];
 };
@@ -93,6 +97,8 @@ struct pdma_eq {
 	pthread_cond_t cond;
 	size_t size, head, count, reserved;
 	bool bound;
+	uint64_t flags;       /* of pdma_domain_bind_eq: PDMA_REG_MR, PDMA_MR_REVOKE_EVENTS */
+	uint64_t lost;        /* revocation events dropped: queue full */
 	struct pdma_eq_entry *ring;
 };
 
@@ -116,10 +122,11 @@ struct pdma_domain {
 	struct pdma_key_entry *keys; /* uthash: live keys, own and mapped */
 	struct pdma_mr *descs;       /* uthash (hh_desc): live MRs by desc_id */
 	size_t n_mr, n_cntr, n_ep;
-	struct pdma_eq *eq;          /* bound with PDMA_REG_MR */
+	struct pdma_eq *eq;          /* bound (atomic loads where the domain lock is not held) */
 	struct pdma_cache *cache;    /* NULL unless attr.use_cache */
 	struct pdma_cuda *cuda;      /* opened at the first CUDA registration */
 	struct pdma_kdev *kdev;      /* attr.kernel_device, opened with the domain */
+	struct pdma_cuda_kdev cuda_kdev; /* GPU memory pinned by the module: {cuda, kdev} */
 	pthread_mutex_t cuda_lock;
 	pdma_log_fn log_fn;
 	void *log_arg;
@@ -140,6 +147,13 @@ int pdma_random_bytes(struct pdma_rand_pool *p, void *buf, size_t len);
 int pdma_eq_reserve(struct pdma_eq *eq);
 void pdma_eq_unreserve(struct pdma_eq *eq);
 void pdma_eq_post(struct pdma_eq *eq, const struct pdma_eq_entry *entry);
+/* An event no slot was reserved for (revocations): dropped, counted in lost,
+ * when the queue is full. Returns false then. */
+bool pdma_eq_post_unreserved(struct pdma_eq *eq, const struct pdma_eq_entry *entry);
+
+/* mr_dma.c: an MR's segments watch their regions for revocation. */
+void pdma_mr_watch(struct pdma_mr *m);
+void pdma_mr_unwatch(struct pdma_mr *m);
 
 /* mr.c: resolve [addr, addr + len) of an MR (offset or virtual address per
  * the domain's mode) for device access with the given remote access bit, and

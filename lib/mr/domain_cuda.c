@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * The CUDA backend of a domain, opened at its first CUDA registration so a
- * process that never registers CUDA memory never loads libcuda.
+ * process that never registers CUDA memory never loads libcuda. GPU memory is
+ * registered through what pins it (lib/mem/cuda_kdev.c): peerdma.ko in a
+ * domain with a kernel device, else its dma-buf export alone.
  */
 #include <errno.h>
 
@@ -23,20 +25,34 @@ int pdma_domain_cuda_backend(struct pdma_domain *d, int device, uint64_t addr, s
 		else if (d->log_fn)
 			pdma_cuda_set_log(d->cuda, d->log_fn, d->log_arg);
 	}
+	if (!ret && !d->cuda_kdev.cuda) {
+		d->cuda_kdev.kdev = d->kdev;
+		d->cuda_kdev.cuda = d->cuda;
+	}
 	pthread_mutex_unlock(&d->cuda_lock);
 	if (ret)
 		return ret;
 	*be = d->cuda;
 	if (!len) {
 		*ops = &pdma_mem_cuda_ops;
-		return 0;
+	} else {
+		/* GPU memory or host memory the GPU uses: the pointer decides. */
+		ret = pdma_cuda_ops_for(d->cuda, addr, len, ops);
+		if (ret) {
+			pdma_log(d, 1, "CUDA memory at %#llx cannot be registered: %s",
+				 (unsigned long long)addr, pdma_cuda_last_error());
+			return ret;
+		}
 	}
-	/* GPU memory or host memory the GPU uses: the pointer decides. */
-	ret = pdma_cuda_ops_for(d->cuda, addr, len, ops);
-	if (ret)
-		pdma_log(d, 1, "CUDA memory at %#llx cannot be registered: %s",
-			 (unsigned long long)addr, pdma_cuda_last_error());
-	return ret;
+	if (*ops == &pdma_mem_cuda_ops) {
+		if (d->kdev) {
+			*ops = &pdma_mem_cuda_kdev_ops;
+			*be = &d->cuda_kdev;
+		} else {
+			*ops = &pdma_mem_cuda_export_ops;
+		}
+	}
+	return 0;
 }
 
 void pdma_domain_backend_close(struct pdma_domain *d)

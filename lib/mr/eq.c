@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * Event queue for asynchronous registration (PDMA_REG_MR). A registration
+ * Event queue for asynchronous registration (PDMA_REG_MR) and revocations
+ * (PDMA_MR_REVOKE_EVENTS, posted by lib/mr/mr_dma.c). A registration
  * reserves its event slot before it starts, so a full queue fails the call
  * (-EAGAIN, nothing registered, no event) instead of losing a completion; the
  * MR handle is stored for the caller before the event is posted, so a reader
@@ -38,14 +39,17 @@ int pdma_domain_bind_eq(struct pdma_domain *d, struct pdma_eq *eq, uint64_t flag
 {
 	int ret = 0;
 
-	if (!d || !eq || eq->dom != d || flags != PDMA_REG_MR)
+	if (!d || !eq || eq->dom != d || !flags ||
+	    (flags & ~(PDMA_REG_MR | PDMA_MR_REVOKE_EVENTS)))
 		return -EINVAL;
 	pthread_rwlock_wrlock(&d->lock);
 	if (d->eq)
 		ret = -EBUSY;
 	else {
-		d->eq = eq;
+		eq->flags = flags;
 		eq->bound = true;
+		/* Revocation callbacks read it without the domain lock. */
+		__atomic_store_n(&d->eq, eq, __ATOMIC_RELEASE);
 	}
 	pthread_rwlock_unlock(&d->lock);
 	return ret;
@@ -79,6 +83,23 @@ void pdma_eq_post(struct pdma_eq *eq, const struct pdma_eq_entry *e)
 	eq->count++;
 	pthread_cond_signal(&eq->cond);
 	pthread_mutex_unlock(&eq->lock);
+}
+
+bool pdma_eq_post_unreserved(struct pdma_eq *eq, const struct pdma_eq_entry *e)
+{
+	bool ok;
+
+	pthread_mutex_lock(&eq->lock);
+	ok = eq->count + eq->reserved < eq->size;
+	if (ok) {
+		eq->ring[(eq->head + eq->count) % eq->size] = *e;
+		eq->count++;
+		pthread_cond_signal(&eq->cond);
+	} else {
+		eq->lost++;
+	}
+	pthread_mutex_unlock(&eq->lock);
+	return ok;
 }
 
 int pdma_eq_read(struct pdma_eq *eq, struct pdma_eq_entry *entry, int timeout_ms)
@@ -132,7 +153,7 @@ int pdma_eq_close(struct pdma_eq *eq)
 	}
 	pthread_mutex_unlock(&eq->lock);
 	if (d->eq == eq)
-		d->eq = NULL;
+		__atomic_store_n(&d->eq, NULL, __ATOMIC_RELEASE);
 	pthread_rwlock_unlock(&d->lock);
 	pthread_cond_destroy(&eq->cond);
 	pthread_mutex_destroy(&eq->lock);

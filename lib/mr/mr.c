@@ -135,7 +135,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	 * sees the reservation and cannot free the EQ under us. */
 	pthread_rwlock_rdlock(&d->lock);
 	ret = pdma_key_new(d, attr->requested_key, &key);
-	eq = d->eq;
+	eq = d->eq && (d->eq->flags & PDMA_REG_MR) ? d->eq : NULL;
 	if (!ret && eq)
 		ret = pdma_eq_reserve(eq);
 	pthread_rwlock_unlock(&d->lock);
@@ -161,6 +161,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	for (size_t i = 0; i < attr->iov_count; i++) {
 		m->segs[i].addr = (uint64_t)(uintptr_t)attr->mr_iov[i].iov_base;
 		m->segs[i].len = attr->mr_iov[i].iov_len;
+		m->segs[i].mr = m;
 		ret = seg_pin(d, attr->iface, attr->device, m->segs[i].addr, m->segs[i].len, ops, be,
 			      &m->segs[i].region);
 		if (ret)
@@ -189,6 +190,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	pthread_rwlock_unlock(&d->lock);
 
 	*out = m;
+	pdma_mr_watch(m);
 	if (eq) {
 		/* The handle is stored above, before a reader can see the event. */
 		struct pdma_eq_entry e = { .event = PDMA_MR_COMPLETE, .mr = m,
@@ -268,6 +270,7 @@ int pdma_mr_close(struct pdma_mr *m)
 	}
 	HASH_DELETE(hh_desc, d->descs, m);
 	unbind_all(m);
+	pdma_mr_unwatch(m); /* before n_mr drops: the EQ outlives every callback */
 	d->n_mr--;
 	pthread_rwlock_unlock(&d->lock);
 	mr_free(m);
@@ -519,7 +522,9 @@ int pdma_mr_refresh(struct pdma_mr *m, const struct iovec *iov, size_t count, ui
 		if (fresh[j]) {
 			struct pdma_region *old = m->segs[j].region;
 
+			pdma_region_del_user(old, &m->segs[j].user);
 			m->segs[j].region = fresh[j];
+			pdma_region_add_user(fresh[j], &m->segs[j].user);
 			fresh[j] = old;
 		}
 	}

@@ -49,6 +49,8 @@
 #include "mr/domain.h"
 #include "peerdma/mr.h"
 
+#define PEERDMA_DEVICE_PATH "/dev/peerdma"
+
 /* The hooked entry point (lib/hooks/driver.c, in libpeerdma_cuda_hooks.so). */
 pdma_cu_result cuIpcCloseMemHandle(pdma_cu_ptr dptr);
 
@@ -171,7 +173,8 @@ static void child_round(struct pdma_domain *d, int round, const pdma_cu_ipc_mem_
 		s0 = stats(d);
 		ret = pdma_mr_regattr(d, &a, 0, &m);
 	}
-	check(ret == 0, "round %d: register the IPC mapping: %d", round, ret);
+	check(ret == 0, "round %d: register the IPC mapping: %d%s", round, ret,
+	      ret == -EOPNOTSUPP ? " (no dma-buf export and no kernel device: load peerdma.ko)" : "");
 	if (ret) {
 		api->IpcCloseMemHandle(va);
 		return;
@@ -240,6 +243,12 @@ static int child_main(void)
 		return ret;
 	pdma_domain_attr_init(&da);
 	da.use_cache = 1;
+	/* An IPC mapping the driver will not export as a dma-buf is pinned
+	 * with nv-p2p, which only peerdma.ko can do: use it where it is
+	 * loaded (without it such a registration fails with -EOPNOTSUPP). */
+	if (!access(PEERDMA_DEVICE_PATH, R_OK | W_OK))
+		da.kernel_device = PEERDMA_DEVICE_PATH;
+	printf("# child: domain %s a kernel device\n", da.kernel_device ? "with" : "without");
 	ret = pdma_domain_open(&da, &d);
 	if (ret) {
 		check(0, "pdma_domain_open: %d", ret);
