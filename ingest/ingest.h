@@ -17,12 +17,14 @@
 #ifndef PDMA_INGEST_INGEST_H
 #define PDMA_INGEST_INGEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "deframe/deframe_cpu.h"
 #include "deframe/gpu_batch.h"
+#include "rx/nic.h"
 
 struct pdma_domain;
 struct pdma_sim;
@@ -32,8 +34,16 @@ struct pdma_sim;
  * mapped ring directly. direct: the ring lives in (simulated) GPU memory and
  * the (simulated) DMA device writes packets into it by key; the CPU deframer
  * reads it, since sim GPU memory is host memory. The two GPU paths need a
- * CUDA device and the module (pdma_ingest_open: -ENODEV / -ENOENT). */
-enum pdma_rx_path { PDMA_RX_CPU = 0, PDMA_RX_HOST_STAGED, PDMA_RX_ZERO_COPY, PDMA_RX_DIRECT };
+ * CUDA device and the module (pdma_ingest_open: -ENODEV / -ENOENT). nic: a
+ * NIC driver (drivers/e1000/) writes Ethernet frames into GPU memory pinned
+ * by peerdma.ko (rx/nic.h); the frames are deframed in place by the GPU
+ * deframer, or by the CPU deframer from a copy (nic_deframer); the UDP
+ * destination port the frames must carry is port. */
+enum pdma_rx_path { PDMA_RX_CPU = 0, PDMA_RX_HOST_STAGED, PDMA_RX_ZERO_COPY, PDMA_RX_DIRECT,
+		    PDMA_RX_NIC };
+/* nic path: which deframer reads the frames (auto: the GPU's where the
+ * module loads, else the CPU's). */
+enum pdma_nic_deframer { PDMA_NIC_DFR_AUTO = 0, PDMA_NIC_DFR_CPU, PDMA_NIC_DFR_GPU };
 /* How a receive thread reads its socket: recvmmsg batches (default), or
  * io_uring (multishot recvmsg into the ring's slots as provided buffers;
  * not for the direct path, whose datagrams go through the device). */
@@ -54,6 +64,12 @@ struct pdma_ingest_config {
 	struct pdma_sim *sim;       /* direct path: the simulated GPU holding the rings */
 	size_t gpu_chunk;           /* host-staged: bytes per copy (0: 4 MiB, >= 90% of the H100's copy-engine peak) */
 	enum pdma_ingest_launch gpu_launch; /* GPU paths: see deframe/gpu_batch.h */
+	/* nic path: the NIC and its region (nic.stage is set by the session);
+	 * domain must have a kernel device; eq, optional, bound with
+	 * PDMA_MR_REVOKE_EVENTS, confirms a revocation */
+	struct pdma_rx_nic_config nic;
+	enum pdma_nic_deframer nic_deframer;
+	struct pdma_eq *eq;
 };
 
 struct pdma_ingest_totals {
@@ -68,8 +84,14 @@ struct pdma_ingest_totals {
 struct pdma_ingest;
 void pdma_ingest_config_default(struct pdma_ingest_config *c);
 int pdma_ingest_open(const struct pdma_ingest_config *c, struct pdma_ingest **ing);
+/* The same, with a line saying what failed in msg (msglen bytes). */
+int pdma_ingest_open_msg(const struct pdma_ingest_config *c, struct pdma_ingest **ing, char *msg,
+			 size_t msglen);
 uint16_t pdma_ingest_port(const struct pdma_ingest *ing);
 int pdma_ingest_start(struct pdma_ingest *ing);
+/* Every receive thread has ended by itself (an error, or on the nic path a
+ * revocation): stop to learn why. */
+bool pdma_ingest_ended(struct pdma_ingest *ing);
 /* Drains what the sockets still hold, then stops all threads. */
 int pdma_ingest_stop(struct pdma_ingest *ing);
 void pdma_ingest_close(struct pdma_ingest *ing);

@@ -3,9 +3,12 @@
  * receive thread), the threads (receive threads running a receive path of
  * rx/, one deframer thread consuming every ring with the CPU deframer or GPU
  * batching of deframe/), and the accounting of the whole: totals, progress
- * lines and the JSON summary. */
+ * lines and the JSON summary. The nic path has no socket and no ring: its one
+ * receive thread takes the NIC's completions (rx/nic.h) and deframes each
+ * batch of frames itself, in place on the GPU or from a copy on the CPU. */
 #include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,7 @@ struct rx_thread {
 	struct pdma_ring ring;
 	struct pdma_rx_sim_dma *dma;  /* direct path: the ring in simulated GPU memory */
 	struct pdma_rx_uring *uring;  /* rx_io io_uring */
+	struct pdma_rx_nic *nic;      /* nic path */
 	bool gpu_registered;
 	double last_batch;            /* GPU paths: when the last batch ran */
 	struct pdma_rx_stats st;
@@ -44,7 +48,11 @@ struct pdma_ingest {
 	bool started;
 	FILE *progress;
 	double t_start;
-	struct pdma_gpu_batch *gpu; /* GPU paths (host-staged, zero-copy) */
+	struct pdma_gpu_batch *gpu; /* GPU paths (host-staged, zero-copy, nic on the GPU) */
+	struct pdma_frm_cfg frm;    /* nic path: what the frames must carry */
+	bool dfr_thread;            /* the deframer thread runs (not on the nic path) */
+	double last_progress;       /* nic path: when the receive thread printed */
+	uint64_t last_pk, last_by;
 };
 
 static double now_s(void)
@@ -68,15 +76,51 @@ void pdma_ingest_config_default(struct pdma_ingest_config *c)
 	pdma_dfr_config_default(&c->dfr);
 }
 
+/* The nic path's deframer and receiver: the GPU deframer reads the frames in
+ * place when it can (auto: when its module loads), else the CPU deframer
+ * reads a staged copy. */
+static int nic_open(struct pdma_ingest *ing, char *msg, size_t msglen)
+{
+	const struct pdma_ingest_config *c = &ing->c;
+	struct pdma_rx_nic_config nc = c->nic;
+	int ret = -ENODEV;
+
+	ing->frm = (struct pdma_frm_cfg){ .max_len = PDMA_FRM_MAX_LEN, .port = c->port };
+	if (c->nic_deframer != PDMA_NIC_DFR_CPU) {
+		/* frames per batch: the NIC's poll batch */
+		ret = pdma_gpu_batch_open(&ing->gpu, &c->dfr, false, c->gpu_launch, 0, PDMA_RX_NIC_BATCH);
+		if (ret && c->nic_deframer == PDMA_NIC_DFR_GPU) {
+			snprintf(msg, msglen, "the GPU deframer: %s", ret == -ENOENT ?
+				 "its module (libpeerdma_vrt_cuda.so) was not built or not found" :
+				 ret == -ENODEV ? "no CUDA device" : strerror(-ret));
+			return ret;
+		}
+	}
+	nc.stage = ret != 0; /* the CPU deframer */
+	return pdma_rx_nic_open(&ing->rx[0].nic, &nc, c->domain, c->eq, msg, msglen);
+}
+
 int pdma_ingest_open(const struct pdma_ingest_config *c, struct pdma_ingest **out)
 {
+	return pdma_ingest_open_msg(c, out, NULL, 0);
+}
+
+int pdma_ingest_open_msg(const struct pdma_ingest_config *c, struct pdma_ingest **out, char *msg,
+			 size_t msglen)
+{
 	struct pdma_ingest *ing;
+	char dummy[1];
 	int ret;
 
+	if (!msg) {
+		msg = dummy;
+		msglen = sizeof(dummy);
+	}
 	if (!c->threads || c->threads > 64 || !c->batch || c->batch > PDMA_RX_MAX_BATCH ||
 	    c->slot_size < 64 + PDMA_SLOT_HDR)
 		return -EINVAL;
-	if (c->path == PDMA_RX_DIRECT && (!c->domain || !c->sim))
+	if ((c->path == PDMA_RX_DIRECT && (!c->domain || !c->sim)) ||
+	    (c->path == PDMA_RX_NIC && (!c->domain || c->threads != 1)))
 		return -EINVAL;
 	if (c->rx_io != PDMA_RX_IO_RECVMMSG && (c->rx_io != PDMA_RX_IO_URING || c->path == PDMA_RX_DIRECT))
 		return -EINVAL;
@@ -95,6 +139,15 @@ int pdma_ingest_open(const struct pdma_ingest_config *c, struct pdma_ingest **ou
 	ret = pdma_dfr_init(&ing->dfr, &c->dfr);
 	if (ret)
 		goto err;
+	if (c->path == PDMA_RX_NIC) {
+		ing->rx[0].ing = ing;
+		ret = nic_open(ing, msg, msglen);
+		if (ret)
+			goto err;
+		*out = ing;
+		return 0;
+	}
+	ing->dfr_thread = true;
 	if (c->path == PDMA_RX_HOST_STAGED || c->path == PDMA_RX_ZERO_COPY) {
 		ret = pdma_gpu_batch_open(&ing->gpu, &c->dfr, c->path == PDMA_RX_HOST_STAGED, c->gpu_launch,
 					  c->gpu_chunk, c->ring_slots);
@@ -145,13 +198,38 @@ void pdma_ingest_set_progress(struct pdma_ingest *ing, FILE *f)
 	ing->progress = f;
 }
 
+static void progress_line(struct pdma_ingest *ing, double t, uint64_t *last_pk, uint64_t *last_by,
+			  double *last_t);
+
+/* The nic path's consumer: one batch of frames, in arrival order. */
+static int nic_frames(void *arg, uint64_t dev_base, const uint8_t *host_base,
+		      const struct pdma_frame *f, uint32_t n)
+{
+	struct pdma_ingest *ing = arg;
+	int ret = 0;
+
+	if (ing->gpu)
+		ret = pdma_gpu_batch_frames(ing->gpu, &ing->frm, (const void *)(uintptr_t)dev_base, f, n,
+					    &ing->dfr.acct, &ing->dfr.frames);
+	else
+		pdma_dfr_process_frames(&ing->dfr, &ing->frm, host_base, f, n);
+	if (ing->progress) {
+		double t = now_s();
+		if (t - ing->last_progress >= 1.0)
+			progress_line(ing, t, &ing->last_pk, &ing->last_by, &ing->last_progress);
+	}
+	return ret;
+}
+
 /* A receive thread: its receive path fills its ring until stop. */
 static void *rx_main(void *arg)
 {
 	struct rx_thread *t = arg;
 	struct pdma_ingest *ing = t->ing;
 
-	if (t->uring)
+	if (t->nic)
+		t->err = pdma_rx_nic_run(t->nic, &ing->stop, nic_frames, ing, &t->st);
+	else if (t->uring)
 		t->err = pdma_rx_uring_run(t->uring, &ing->stop, &t->st);
 	else
 		t->err = pdma_rx_recvmmsg_run(t->fd, &t->ring, ing->c.batch, t->dma, &ing->stop, &t->st);
@@ -252,7 +330,8 @@ int pdma_ingest_start(struct pdma_ingest *ing)
 			return -e;
 		}
 	}
-	int e = pthread_create(&ing->dfr_th, NULL, dfr_main, ing);
+	ing->last_progress = ing->t_start;
+	int e = ing->dfr_thread ? pthread_create(&ing->dfr_th, NULL, dfr_main, ing) : 0;
 	if (e) {
 		atomic_store(&ing->stop, true);
 		for (uint32_t j = 0; j < ing->nrx; j++)
@@ -261,6 +340,11 @@ int pdma_ingest_start(struct pdma_ingest *ing)
 	}
 	ing->started = true;
 	return 0;
+}
+
+bool pdma_ingest_ended(struct pdma_ingest *ing)
+{
+	return ing->started && atomic_load(&ing->rx_live) == 0;
 }
 
 int pdma_ingest_stop(struct pdma_ingest *ing)
@@ -274,7 +358,10 @@ int pdma_ingest_stop(struct pdma_ingest *ing)
 		if (ing->rx[i].err && !err)
 			err = ing->rx[i].err;
 	}
-	pthread_join(ing->dfr_th, NULL);
+	if (ing->dfr_thread)
+		pthread_join(ing->dfr_th, NULL);
+	else if (ing->progress)
+		fputc('\n', ing->progress);
 	ing->started = false;
 	if (ing->gpu) {
 		/* The deframed output lives on the GPU: bring the tables back so
@@ -297,6 +384,7 @@ void pdma_ingest_close(struct pdma_ingest *ing)
 	for (uint32_t i = 0; i < ing->nrx; i++) {
 		struct rx_thread *t = &ing->rx[i];
 		pdma_rx_uring_close(t->uring);
+		pdma_rx_nic_close(t->nic);
 		if (t->fd >= 0)
 			close(t->fd);
 		if (t->gpu_registered)
@@ -341,8 +429,51 @@ static const char *path_name(enum pdma_rx_path p)
 	case PDMA_RX_HOST_STAGED: return "host-staged";
 	case PDMA_RX_ZERO_COPY: return "zero-copy";
 	case PDMA_RX_DIRECT: return "direct";
+	case PDMA_RX_NIC: return "nic";
 	}
 	return "?";
+}
+
+/* The nic path's own report: where the frames landed, what the driver
+ * counted, which frames the deframer skipped and why. */
+static json_t *nic_json(struct pdma_ingest *ing)
+{
+	static const char *const kinds[] = { [1] = "host", [2] = "nv-p2p", [3] = "dma-buf" };
+	const struct pdma_frm_stats *fs = &ing->dfr.frames;
+	json_t *o = json_object(), *sk = json_object(), *drv = json_object();
+	struct pdma_rx_nic_info ni;
+	struct pdma_nic_stats ns;
+
+	pdma_rx_nic_info(ing->rx[0].nic, &ni);
+	json_object_set_new(o, "deframer", json_string(ing->gpu ? "gpu" : "cpu"));
+	json_object_set_new(o, "region_dev_addr", json_integer((json_int_t)ni.dev_addr));
+	json_object_set_new(o, "region_bytes", json_integer((json_int_t)ni.bytes));
+	json_object_set_new(o, "bufs_offset", json_integer((json_int_t)ni.bufs_off));
+	json_object_set_new(o, "buf_size", json_integer(ni.buf_size));
+	json_object_set_new(o, "nbufs", json_integer(ni.nbufs));
+	json_object_set_new(o, "pin", json_string(ni.pin_kind < 4 && kinds[ni.pin_kind] ?
+						  kinds[ni.pin_kind] : "?"));
+	json_object_set_new(o, "revoked", json_boolean(ni.revoked));
+	json_object_set_new(o, "frames", json_integer((json_int_t)fs->frames));
+	json_object_set_new(o, "frames_with_datagram", json_integer((json_int_t)fs->datagrams));
+	json_object_set_new(o, "frames_skipped", json_integer((json_int_t)pdma_frm_skipped_total(fs)));
+	for (int r = 1; r < PDMA_FRM_E__MAX; r++)
+		if (fs->skipped[r])
+			json_object_set_new(sk, pdma_frm_reason_name(r), json_integer((json_int_t)fs->skipped[r]));
+	json_object_set_new(o, "skipped_by_reason", sk);
+	if (pdma_rx_nic_stats(ing->rx[0].nic, &ns) == 0) {
+		json_object_set_new(drv, "rx_frames", json_integer((json_int_t)ns.rx_frames));
+		json_object_set_new(drv, "rx_missed", json_integer((json_int_t)ns.rx_missed));
+		json_object_set_new(drv, "rx_long", json_integer((json_int_t)ns.rx_long));
+		json_object_set_new(drv, "rx_errors", json_integer((json_int_t)ns.rx_errors));
+		json_object_set_new(drv, "doorbells", json_integer((json_int_t)ns.doorbells));
+		json_object_set_new(drv, "irqs", json_integer((json_int_t)ns.irqs));
+		json_object_set_new(drv, "quiesces", json_integer((json_int_t)ns.quiesces));
+		json_object_set_new(drv, "driver_ns_per_frame",
+				    json_real(ns.rx_frames ? (double)ns.reap_ns / ns.rx_frames : 0));
+	}
+	json_object_set_new(o, "driver", drv);
+	return o;
 }
 
 json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
@@ -377,6 +508,8 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 			json_object_set_new(mal, c < PDMA_VRT_E__MAX ? pdma_vrt_strerror(-c) : pdma_dfr_strerror(-c),
 					    json_integer((json_int_t)ing->dfr.acct.malformed_by_code[c]));
 	json_object_set_new(o, "malformed_by_reason", mal);
+	if (ing->rx[0].nic)
+		json_object_set_new(o, "nic", nic_json(ing));
 	for (uint32_t i = 0; i < ing->dfr.cfg.max_streams; i++) {
 		struct pdma_stream_stats s;
 		if (!pdma_acct_stream(&ing->dfr.acct, i, &s))

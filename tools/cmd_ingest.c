@@ -40,7 +40,9 @@ static void usage(FILE *f)
 		"      --path P          cpu (default: CPU deframer), host-staged (pinned ring copied\n"
 		"                        to the GPU in --chunk bytes, deframed there), zero-copy (the\n"
 		"                        GPU deframer reads the mapped ring), direct (ring in simulated\n"
-		"                        GPU memory written by the simulated DMA device)\n"
+		"                        GPU memory written by the simulated DMA device), nic (a NIC\n"
+		"                        writes Ethernet frames into GPU memory pinned by peerdma.ko;\n"
+		"                        frames to --port are deframed, others skipped and counted)\n"
 		"      --chunk B         host-staged copy size (default 4194304)\n"
 		"      --ring-slots N    slots per ring (default 8192)\n"
 		"      --slot-size B     bytes per slot (default 9216)\n"
@@ -48,6 +50,16 @@ static void usage(FILE *f)
 		"      --rx IO           recvmmsg (default) or io_uring (multishot recvmsg into the\n"
 		"                        ring's slots; needs Linux 5.19; not with --path direct)\n"
 		"      --no-register     do not register the rings with a peerdma domain\n"
+		"nic path:\n"
+		"      --nic DEV         the NIC (default /dev/peerdma_nic0, drivers/e1000)\n"
+		"      --nic-bufs N      receive buffers in GPU memory (default 1024)\n"
+		"      --nic-buf-size B  2048 (default) or 4096 bytes a buffer\n"
+		"      --kernel-device F peerdma.ko's device (default /dev/peerdma)\n"
+		"      --cuda-device N   the GPU holding the buffers (default 0)\n"
+		"      --deframer D      auto (default: GPU where its module loads), gpu or cpu\n"
+		"      --revoke-after N  fault injection: free the buffers' GPU memory after N\n"
+		"                        frames, as a buggy application would; ingest must stop\n"
+		"                        cleanly (exit status 1) with the NIC quiesced\n"
 		"      --sample-rate HZ  stream sample rate (default 10000000)\n"
 		"      --max-streams N   stream table size (default 64)\n"
 		"      --out-packets N   per-stream output window, packets (default 4096)\n"
@@ -71,6 +83,7 @@ static double now_s(void)
 struct ingest_args {
 	struct pdma_ingest_config c;
 	const char *json_path;
+	const char *kernel_device;
 	bool quiet, reg;
 	double duration, idle_s;
 	uint64_t count;
@@ -98,12 +111,21 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 		{ "idle", required_argument, NULL, 'i' },
 		{ "json", required_argument, NULL, 'j' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "nic", required_argument, NULL, 'n' },
+		{ "nic-bufs", required_argument, NULL, 'u' },
+		{ "nic-buf-size", required_argument, NULL, 'U' },
+		{ "kernel-device", required_argument, NULL, 'k' },
+		{ "cuda-device", required_argument, NULL, 'g' },
+		{ "deframer", required_argument, NULL, 'D' },
+		{ "revoke-after", required_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	static const char *const paths[] = { "cpu", "direct", "host-staged", "zero-copy", NULL };
+	static const char *const paths[] = { "cpu", "direct", "host-staged", "zero-copy", "nic", NULL };
 	static const enum pdma_rx_path path_v[] = { PDMA_RX_CPU, PDMA_RX_DIRECT, PDMA_RX_HOST_STAGED,
-						    PDMA_RX_ZERO_COPY };
+						    PDMA_RX_ZERO_COPY, PDMA_RX_NIC };
+	static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
+	static const char *const bufsizes[] = { "2048", "4096", NULL };
 	static const char *const rxs[] = { "recvmmsg", "io_uring", NULL };
 	struct pdma_ingest_config *c = &a->c;
 	struct pdma_opt o;
@@ -115,6 +137,7 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 	pdma_ingest_config_default(c);
 	a->json_path = "-";
 	a->reg = true;
+	a->kernel_device = "/dev/peerdma";
 	pdma_opt_init(&o, "peerdma ingest", opts, "p:b:t:d:c:i:j:qh");
 	while ((opt = pdma_opt_next(&o, argc, argv)) != -1) {
 		int bad = 0; /* flags leave it 0 */
@@ -159,6 +182,25 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 			break;
 		case 'j': bad = pdma_opt_str(&o, &a->json_path); break;
 		case 'q': a->quiet = true; break;
+		case 'n': bad = pdma_opt_str(&o, &c->nic.dev); break;
+		case 'u': bad = pdma_opt_u32(&o, 8, 65536, &c->nic.nbufs); break;
+		case 'U':
+			bad = pdma_opt_choice(&o, bufsizes, &k);
+			if (!bad)
+				c->nic.buf_size = k ? 4096 : 2048;
+			break;
+		case 'k': bad = pdma_opt_str(&o, &a->kernel_device); break;
+		case 'g':
+			bad = pdma_opt_u32(&o, 0, 1023, &u);
+			if (!bad)
+				c->nic.cuda_device = (int)u;
+			break;
+		case 'D':
+			bad = pdma_opt_choice(&o, dfrs, &k);
+			if (!bad)
+				c->nic_deframer = (enum pdma_nic_deframer)k;
+			break;
+		case 'V': bad = pdma_opt_u64(&o, 1, UINT64_MAX, &c->nic.revoke_after); break;
 		case 'h': usage(stdout); return 1;
 		default: return 2; /* getopt_long said why, in one line */
 		}
@@ -167,8 +209,10 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 	}
 	if (pdma_opt_end(&o, argc, argv))
 		return 2;
-	if (c->rx_io == PDMA_RX_IO_URING && c->path == PDMA_RX_DIRECT)
-		return pdma_opt_fail(&o, "--rx io_uring needs a host ring: not with --path direct");
+	if (c->rx_io == PDMA_RX_IO_URING && (c->path == PDMA_RX_DIRECT || c->path == PDMA_RX_NIC))
+		return pdma_opt_fail(&o, "--rx io_uring needs a host ring: not with --path direct or nic");
+	if (c->path == PDMA_RX_NIC && c->threads != 1)
+		return pdma_opt_fail(&o, "--path nic: one NIC, one receive thread (--threads 1)");
 	return 0;
 }
 
@@ -199,9 +243,12 @@ int pdma_cmd_ingest(int argc, char **argv)
 
 	struct pdma_sim *sim = NULL;
 	struct pdma_domain *dom = NULL;
-	if (c.path == PDMA_RX_DIRECT || reg) {
+	struct pdma_eq *eq = NULL;
+	if (c.path == PDMA_RX_DIRECT || c.path == PDMA_RX_NIC || reg) {
 		struct pdma_domain_attr da;
 		pdma_domain_attr_init(&da);
+		if (c.path == PDMA_RX_NIC)
+			da.kernel_device = a.kernel_device; /* the NIC needs a kernel pin */
 		if (c.path == PDMA_RX_DIRECT) {
 			struct pdma_sim_attr sa = { .mem_size = (size_t)c.threads * c.ring_slots *
 								((c.slot_size + 63u) & ~63u) + (1u << 20) };
@@ -214,18 +261,38 @@ int pdma_cmd_ingest(int argc, char **argv)
 		}
 		ret = pdma_domain_open(&da, &dom);
 		if (ret) {
-			fprintf(stderr, "peerdma ingest: domain: %s\n", strerror(-ret));
+			if (da.kernel_device)
+				fprintf(stderr, "peerdma ingest: --path nic: %s: %s%s\n", da.kernel_device,
+					strerror(-ret), ret == -ENODEV || ret == -ENOENT ?
+					" (is peerdma.ko loaded?)" : "");
+			else
+				fprintf(stderr, "peerdma ingest: domain: %s\n", strerror(-ret));
 			pdma_sim_close(sim);
 			return 1;
+		}
+		if (c.path == PDMA_RX_NIC) {
+			/* revocations of the receive region reach us here */
+			ret = pdma_eq_open(dom, 16, &eq);
+			if (!ret)
+				ret = pdma_domain_bind_eq(dom, eq, PDMA_MR_REVOKE_EVENTS);
+			if (ret) {
+				fprintf(stderr, "peerdma ingest: event queue: %s\n", strerror(-ret));
+				status = 1;
+				goto out_dom;
+			}
+			c.eq = eq;
 		}
 		c.domain = dom;
 		c.sim = sim;
 	}
 
 	struct pdma_ingest *ing;
-	ret = pdma_ingest_open(&c, &ing);
+	char msg[256] = "";
+	ret = pdma_ingest_open_msg(&c, &ing, msg, sizeof(msg));
 	if (ret) {
-		if (ret == -ENODEV)
+		if (c.path == PDMA_RX_NIC)
+			fprintf(stderr, "peerdma ingest: --path nic: %s\n", msg[0] ? msg : strerror(-ret));
+		else if (ret == -ENODEV)
 			fprintf(stderr, "peerdma ingest: --path %s needs a CUDA device; none found\n",
 				c.path == PDMA_RX_HOST_STAGED ? "host-staged" : "zero-copy");
 		else if (c.rx_io == PDMA_RX_IO_URING && ret == -EOPNOTSUPP)
@@ -252,7 +319,19 @@ int pdma_cmd_ingest(int argc, char **argv)
 		status = 1;
 		goto out_ing;
 	}
-	if (!quiet)
+	if (!quiet && c.path == PDMA_RX_NIC) {
+		json_t *nj = pdma_ingest_json(ing, 0);
+		const json_t *nic = json_object_get(nj, "nic");
+
+		fprintf(stderr, "peerdma ingest: receiving on %s into %lld x %lld-byte buffers of GPU "
+				"memory (pinned by %s, %s), UDP port %u, %s deframer\n",
+			c.nic.dev ? c.nic.dev : "/dev/peerdma_nic0",
+			json_integer_value(json_object_get(nic, "nbufs")),
+			json_integer_value(json_object_get(nic, "buf_size")), a.kernel_device,
+			json_string_value(json_object_get(nic, "pin")), c.port,
+			json_string_value(json_object_get(nic, "deframer")));
+		json_decref(nj);
+	} else if (!quiet)
 		fprintf(stderr, "peerdma ingest: listening on %s:%u, %u thread(s), path %s\n",
 			c.bind_addr, pdma_ingest_port(ing), c.threads,
 			c.path == PDMA_RX_DIRECT ? "direct (sim)" : c.path == PDMA_RX_HOST_STAGED ? "host-staged (GPU)"
@@ -270,11 +349,15 @@ int pdma_cmd_ingest(int argc, char **argv)
 			t_last = now;
 		}
 		if ((duration > 0 && now - t0 >= duration) || (count && t.datagrams >= count) ||
-		    (idle_s > 0 && last_n && now - t_last >= idle_s))
+		    (idle_s > 0 && last_n && now - t_last >= idle_s) || pdma_ingest_ended(ing))
 			break;
 	}
 	ret = pdma_ingest_stop(ing);
-	if (ret) {
+	if (ret == -ENODEV && c.path == PDMA_RX_NIC) {
+		fprintf(stderr, "peerdma ingest: the receive buffers' GPU memory was revoked (freed or "
+				"moved): peerdma.ko stopped the NIC before the memory went; stopped\n");
+		status = 1;
+	} else if (ret) {
 		fprintf(stderr, "peerdma ingest: receive failed: %s\n", strerror(-ret));
 		status = 1;
 	}
@@ -312,6 +395,8 @@ int pdma_cmd_ingest(int argc, char **argv)
 out_ing:
 	pdma_ingest_close(ing);
 out_dom:
+	if (eq)
+		pdma_eq_close(eq);
 	if (dom)
 		pdma_domain_close(dom);
 	if (sim)

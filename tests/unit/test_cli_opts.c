@@ -46,7 +46,9 @@ struct cmdspec {
 	const char *const *positional; /* accepted positional words (NULL: none) */
 };
 
-static const char *const paths[] = { "cpu", "direct", "host-staged", "zero-copy", NULL };
+static const char *const paths[] = { "cpu", "direct", "host-staged", "zero-copy", "nic", NULL };
+static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
+static const char *const bufsizes[] = { "2048", "4096", NULL };
 static const char *const rxs[] = { "recvmmsg", "io_uring", NULL };
 static const char *const benches[] = { "reg", "dma", "all", NULL };
 
@@ -73,6 +75,10 @@ static const struct optspec ingest_opts[] = {
 	{ "out-packets", 0, UINT, NULL },   { "duration", 'd', DBL, NULL },
 	{ "count", 'c', UINT, NULL },       { "idle", 'i', UINT, NULL },
 	{ "json", 'j', STR, NULL },         { "quiet", 'q', FLAG, NULL },
+	{ "nic", 0, STR, NULL },            { "nic-bufs", 0, UINT, NULL },
+	{ "nic-buf-size", 0, CHOICE, bufsizes }, { "kernel-device", 0, STR, NULL },
+	{ "cuda-device", 0, UINT, NULL },   { "deframer", 0, CHOICE, dfrs },
+	{ "revoke-after", 0, UINT, NULL },
 	{ NULL, 0, FLAG, NULL },
 };
 

@@ -281,7 +281,7 @@ static void test_dgram_fast(void **state)
 				struct pdma_dfr_desc d, d2;
 				struct pdma_dfr_pkt p = { 0 }, p2 = { 0 };
 				struct pdma_vrt_packet v;
-				uint32_t off;
+				uint32_t off = 0;
 				if (dmg == 1)
 					f[r.fr[i].len - 1] ^= 0xff; /* the trailer (or a sample) */
 				if (dmg == 2)

@@ -27,7 +27,7 @@ int frame_ring_build(struct frame_ring *r, const struct pdma_gen_config *gc, uin
 	static uint8_t buf[PDMA_ETH_OVERSIZE_LEN + 65536];
 	struct pdma_gen *g;
 	uint32_t si;
-	int n, ret;
+	int n = 0, ret;
 
 	memset(r, 0, sizeof(*r));
 	r->base = calloc(FR_MAX, FR_BUF);
