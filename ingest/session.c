@@ -348,7 +348,7 @@ static const char *path_name(enum pdma_rx_path p)
 json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 {
 	struct pdma_ingest_totals t;
-	json_t *o = json_object(), *streams = json_array(), *mal = json_object();
+	json_t *o = json_object(), *mal = json_object();
 
 	pdma_ingest_totals(ing, &t);
 	json_object_set_new(o, "path", json_string(path_name(ing->c.path)));
@@ -377,25 +377,6 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 			json_object_set_new(mal, c < PDMA_VRT_E__MAX ? pdma_vrt_strerror(-c) : pdma_dfr_strerror(-c),
 					    json_integer((json_int_t)ing->dfr.acct.malformed_by_code[c]));
 	json_object_set_new(o, "malformed_by_reason", mal);
-	for (uint32_t i = 0; i < ing->dfr.cfg.max_streams; i++) {
-		struct pdma_stream_stats s;
-		if (!pdma_acct_stream(&ing->dfr.acct, i, &s))
-			continue;
-		json_t *j = json_object();
-		json_object_set_new(j, "stream_id", json_integer(s.stream_id));
-		json_object_set_new(j, "received", json_integer((json_int_t)s.received));
-		json_object_set_new(j, "lost", json_integer((json_int_t)s.lost));
-		json_object_set_new(j, "duplicated", json_integer((json_int_t)s.duplicated));
-		json_object_set_new(j, "reordered", json_integer((json_int_t)s.reordered));
-		json_object_set_new(j, "late", json_integer((json_int_t)s.late));
-		json_object_set_new(j, "malformed", json_integer((json_int_t)s.malformed));
-		json_object_set_new(j, "class_mismatch", json_integer((json_int_t)s.class_mismatch));
-		json_object_set_new(j, "context", json_integer((json_int_t)s.context));
-		json_object_set_new(j, "count_errors", json_integer((json_int_t)s.count_errors));
-		json_object_set_new(j, "lost_by_4bit_count", json_integer((json_int_t)s.lost_count4));
-		json_object_set_new(j, "payload_bytes", json_integer((json_int_t)s.bytes));
-		json_array_append_new(streams, j);
-	}
-	json_object_set_new(o, "streams", streams);
+	json_object_set_new(o, "streams", pdma_acct_streams_json(&ing->dfr.acct));
 	return o;
 }

@@ -91,12 +91,20 @@ static const struct optspec info_opts[] = {
 
 static const struct optspec demo_opts[] = { { NULL, 0, FLAG, NULL } };
 
+static const struct optspec deframe_opts[] = {
+	{ "pcap", 'r', STR, NULL },         { "port", 'p', UINT, NULL },
+	{ "max-frame", 0, UINT, NULL },     { "sample-rate", 0, UINT, NULL },
+	{ "max-streams", 0, UINT, NULL },   { "out-packets", 0, UINT, NULL },
+	{ "json", 'j', FLAG, NULL },        { NULL, 0, FLAG, NULL },
+};
+
 static const struct cmdspec cmds[] = {
 	{ "gen", pdma_cmd_gen_check, pdma_cmd_gen, gen_opts, NULL },
 	{ "ingest", pdma_cmd_ingest_check, pdma_cmd_ingest, ingest_opts, NULL },
 	{ "bench", pdma_cmd_bench_check, pdma_cmd_bench, bench_opts, benches },
 	{ "info", pdma_cmd_info_check, pdma_cmd_info, info_opts, NULL },
 	{ "demo", pdma_cmd_demo_check, pdma_cmd_demo, demo_opts, NULL },
+	{ "deframe", pdma_cmd_deframe_check, pdma_cmd_deframe, deframe_opts, NULL },
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 

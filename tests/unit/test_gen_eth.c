@@ -5,7 +5,9 @@
  * not 0), the addresses and ports asked for, and with their headers stripped
  * are exactly the datagrams plain `peerdma gen` sends with the same seed,
  * stream by stream; the malformed frames are, kind by kind, what the JSON
- * report says was injected, as the frame parser classifies them. */
+ * report says was injected, as the frame parser classifies them. And the
+ * same frames written to a pcap and run through `peerdma deframe` (the CPU
+ * frame-ring deframer) give exactly the injected counts. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
@@ -193,6 +195,65 @@ static void test_eth_frames(void **state)
 	rx_free(&plain);
 }
 
+/* gen --eth --pcap, then peerdma deframe over the capture (the CPU frame
+ * ring, no network): per stream, lost, duplicated and reordered are what gen
+ * injected, received what it sent less its duplicates; per reason, the
+ * skipped frames are gen's malformed frames. */
+static void test_capture_deframed(void **state)
+{
+	(void)state;
+	char cmd[1024], pcap[] = "/tmp/pdma-ethcap-XXXXXX", gj[64], dj[64];
+	int fd = mkstemp(pcap);
+	assert_true(fd >= 0);
+	close(fd);
+	snprintf(gj, sizeof(gj), "%s.gen", pcap);
+	snprintf(dj, sizeof(dj), "%s.dfr", pcap);
+	snprintf(cmd, sizeof(cmd),
+		 "%s gen --eth --to 127.0.0.1:9 -s 4 -n 700 -S 1056 --loss 10 --loss-burst 3 --dup 10 --reorder 10 "
+		 "--seed 11 --malformed 5 -p 5000 -w %s -j >%s && %s deframe --pcap %s -p 5000 -j >%s",
+		 tool, pcap, gj, tool, pcap, dj);
+	assert_int_equal(system(cmd), 0);
+	json_error_t je;
+	json_t *g = json_load_file(gj, 0, &je), *d = json_load_file(dj, 0, &je);
+	unlink(pcap);
+	unlink(gj);
+	unlink(dj);
+	assert_non_null(g);
+	assert_non_null(d);
+	json_t *ge = json_object_get(g, "eth"), *sk = json_object_get(d, "skipped");
+	assert_int_equal(json_integer_value(json_object_get(d, "frames")), json_integer_value(json_object_get(ge, "frames")));
+	assert_int_equal(json_integer_value(json_object_get(d, "datagrams")), json_integer_value(json_object_get(ge, "good")));
+	for (int k = 1; k < PDMA_FRM_E__MAX; k++) {
+		const char *name = pdma_frm_reason_name(k);
+		json_int_t want = json_integer_value(json_object_get(json_object_get(ge, "malformed"), name));
+		assert_true(want > 0);
+		assert_int_equal(json_integer_value(json_object_get(sk, name)), want);
+	}
+	assert_int_equal(json_integer_value(json_object_get(d, "malformed_unattributed")), 0);
+	json_t *gs = json_object_get(g, "streams"), *ds = json_object_get(d, "streams");
+	assert_int_equal(json_array_size(gs), 4);
+	assert_int_equal(json_array_size(ds), 4);
+	for (size_t i = 0; i < 4; i++) {
+		json_t *a = json_array_get(gs, i), *b = NULL;
+		for (size_t j = 0; j < 4; j++)
+			if (json_integer_value(json_object_get(json_array_get(ds, j), "stream_id")) ==
+			    json_integer_value(json_object_get(a, "stream_id")))
+				b = json_array_get(ds, j);
+		assert_non_null(b);
+		static const char *const keys[] = { "lost", "duplicated", "reordered", "context" };
+		for (size_t k = 0; k < 4; k++)
+			assert_int_equal(json_integer_value(json_object_get(b, keys[k])),
+					 json_integer_value(json_object_get(a, keys[k])));
+		assert_int_equal(json_integer_value(json_object_get(b, "received")),
+				 json_integer_value(json_object_get(a, "sent")) -
+					 json_integer_value(json_object_get(a, "duplicated")));
+		assert_int_equal(json_integer_value(json_object_get(b, "malformed")), 0);
+		assert_true(json_integer_value(json_object_get(a, "lost")) > 0);
+	}
+	json_decref(g);
+	json_decref(d);
+}
+
 int main(void)
 {
 	tool = getenv("PEERDMA_TOOL");
@@ -202,6 +263,7 @@ int main(void)
 	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_eth_frames),
+		cmocka_unit_test(test_capture_deframed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
