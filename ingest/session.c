@@ -439,8 +439,7 @@ static const char *path_name(enum pdma_rx_path p)
 static json_t *nic_json(struct pdma_ingest *ing)
 {
 	static const char *const kinds[] = { [1] = "host", [2] = "nv-p2p", [3] = "dma-buf" };
-	const struct pdma_frm_stats *fs = &ing->dfr.frames;
-	json_t *o = json_object(), *sk = json_object(), *drv = json_object();
+	json_t *o = json_object(), *drv = json_object();
 	struct pdma_rx_nic_info ni;
 	struct pdma_nic_stats ns;
 
@@ -454,13 +453,7 @@ static json_t *nic_json(struct pdma_ingest *ing)
 	json_object_set_new(o, "pin", json_string(ni.pin_kind < 4 && kinds[ni.pin_kind] ?
 						  kinds[ni.pin_kind] : "?"));
 	json_object_set_new(o, "revoked", json_boolean(ni.revoked));
-	json_object_set_new(o, "frames", json_integer((json_int_t)fs->frames));
-	json_object_set_new(o, "frames_with_datagram", json_integer((json_int_t)fs->datagrams));
-	json_object_set_new(o, "frames_skipped", json_integer((json_int_t)pdma_frm_skipped_total(fs)));
-	for (int r = 1; r < PDMA_FRM_E__MAX; r++)
-		if (fs->skipped[r])
-			json_object_set_new(sk, pdma_frm_reason_name(r), json_integer((json_int_t)fs->skipped[r]));
-	json_object_set_new(o, "skipped_by_reason", sk);
+	json_object_set_new(o, "frames", pdma_frm_stats_json(&ing->dfr.frames));
 	if (pdma_rx_nic_stats(ing->rx[0].nic, &ns) == 0) {
 		json_object_set_new(drv, "rx_frames", json_integer((json_int_t)ns.rx_frames));
 		json_object_set_new(drv, "rx_missed", json_integer((json_int_t)ns.rx_missed));
@@ -479,7 +472,7 @@ static json_t *nic_json(struct pdma_ingest *ing)
 json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 {
 	struct pdma_ingest_totals t;
-	json_t *o = json_object(), *streams = json_array(), *mal = json_object();
+	json_t *o = json_object(), *mal = json_object();
 
 	pdma_ingest_totals(ing, &t);
 	json_object_set_new(o, "path", json_string(path_name(ing->c.path)));
@@ -510,25 +503,6 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 	json_object_set_new(o, "malformed_by_reason", mal);
 	if (ing->rx[0].nic)
 		json_object_set_new(o, "nic", nic_json(ing));
-	for (uint32_t i = 0; i < ing->dfr.cfg.max_streams; i++) {
-		struct pdma_stream_stats s;
-		if (!pdma_acct_stream(&ing->dfr.acct, i, &s))
-			continue;
-		json_t *j = json_object();
-		json_object_set_new(j, "stream_id", json_integer(s.stream_id));
-		json_object_set_new(j, "received", json_integer((json_int_t)s.received));
-		json_object_set_new(j, "lost", json_integer((json_int_t)s.lost));
-		json_object_set_new(j, "duplicated", json_integer((json_int_t)s.duplicated));
-		json_object_set_new(j, "reordered", json_integer((json_int_t)s.reordered));
-		json_object_set_new(j, "late", json_integer((json_int_t)s.late));
-		json_object_set_new(j, "malformed", json_integer((json_int_t)s.malformed));
-		json_object_set_new(j, "class_mismatch", json_integer((json_int_t)s.class_mismatch));
-		json_object_set_new(j, "context", json_integer((json_int_t)s.context));
-		json_object_set_new(j, "count_errors", json_integer((json_int_t)s.count_errors));
-		json_object_set_new(j, "lost_by_4bit_count", json_integer((json_int_t)s.lost_count4));
-		json_object_set_new(j, "payload_bytes", json_integer((json_int_t)s.bytes));
-		json_array_append_new(streams, j);
-	}
-	json_object_set_new(o, "streams", streams);
+	json_object_set_new(o, "streams", pdma_acct_streams_json(&ing->dfr.acct));
 	return o;
 }

@@ -15,11 +15,13 @@ int pdma_cmd_gen(int argc, char **argv);
 int pdma_cmd_ingest(int argc, char **argv);
 int pdma_cmd_bench(int argc, char **argv);
 int pdma_cmd_info(int argc, char **argv);
+int pdma_cmd_deframe(int argc, char **argv);
 
 int pdma_cmd_demo_check(int argc, char **argv);
 int pdma_cmd_gen_check(int argc, char **argv);
 int pdma_cmd_ingest_check(int argc, char **argv);
 int pdma_cmd_bench_check(int argc, char **argv);
 int pdma_cmd_info_check(int argc, char **argv);
+int pdma_cmd_deframe_check(int argc, char **argv);
 
 #endif

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* peerdma gen: send VITA-49 data packets over UDP (and/or write a pcap). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -8,6 +9,8 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "deframe/frame_acct.h"
+#include "gen/eth.h"
 #include "gen/gen.h"
 #include "opt.h"
 
@@ -41,6 +44,21 @@ static void usage(FILE *f)
 		"  -w, --pcap FILE        also write the datagrams to a pcap file (Ethernet/IPv4/UDP)\n"
 		"      --pcap-only        write the pcap, send nothing\n"
 		"  -j, --json             print what was sent and injected, per stream, as JSON\n"
+		"Ethernet frames for a guest NIC (QEMU's -netdev dgram):\n"
+		"      --eth              wrap each datagram in Ethernet II/IPv4/UDP (valid IPv4 and UDP\n"
+		"                         checksums) and send the frame as the payload of one UDP datagram\n"
+		"                         to --to, from one socket and thread; --port is then the frame's\n"
+		"                         UDP destination port, --pcap gets the frames\n"
+		"      --to ADDR:PORT     where the frames go (QEMU's dgram socket); needs --eth\n"
+		"      --dst-mac MAC      frame destination (default 52:54:00:12:34:56, QEMU's NIC)\n"
+		"      --src-mac MAC      frame source (default 02:00:00:00:00:01)\n"
+		"      --dst-ip ADDR      IPv4 destination in the frames (default 10.0.2.15)\n"
+		"      --src-ip ADDR      IPv4 source in the frames (default 10.0.2.2)\n"
+		"      --src-port N       UDP source port in the frames (default 4990)\n"
+		"      --malformed N      after every N good frames one malformed frame, cycling through\n"
+		"                         runt, ethertype, ip_hdr, ip_len, fragment, not_udp, port,\n"
+		"                         udp_len, ip_csum, udp_csum, oversize (4200 bytes); the JSON\n"
+		"                         report counts them per kind (default 0: none)\n"
 		"  -h, --help\n");
 }
 
@@ -49,6 +67,11 @@ struct gen_args {
 	struct pdma_gen_send_opts so;
 	const char *pcap;
 	bool pcap_only, json;
+	bool eth, host_set, threads_set;
+	char eth_only[40];           /* the first --eth option given (for the error without --eth) */
+	char to_host[16];            /* --to: the dgram socket */
+	uint16_t to_port;
+	struct pdma_gen_eth e;       /* addresses, --malformed */
 };
 
 /* Parse and check everything that can be checked before sending: 0 to run,
@@ -75,6 +98,14 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 		{ "pcap", required_argument, NULL, 'w' },
 		{ "pcap-only", no_argument, NULL, 'P' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "eth", no_argument, NULL, 'E' },
+		{ "to", required_argument, NULL, 'O' },
+		{ "dst-mac", required_argument, NULL, 'M' },
+		{ "src-mac", required_argument, NULL, 'm' },
+		{ "dst-ip", required_argument, NULL, 'D' },
+		{ "src-ip", required_argument, NULL, 'F' },
+		{ "src-port", required_argument, NULL, 'Q' },
+		{ "malformed", required_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -87,12 +118,19 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 	pdma_gen_config_default(c);
 	a->so.host = "127.0.0.1";
 	a->so.port = 4991;
+	a->e.addr = (struct pdma_eth_addr){ { 0x52, 0x54, 0x00, 0x12, 0x34, 0x56 }, { 0x02, 0, 0, 0, 0, 0x01 },
+					   0, 0, 4990, 0 };
+	inet_pton(AF_INET, "10.0.2.2", &a->e.addr.src_ip);
+	inet_pton(AF_INET, "10.0.2.15", &a->e.addr.dst_ip);
 	pdma_opt_init(&o, "peerdma gen", opts, "H:p:s:S:n:r:t:w:jh");
 	while ((opt = pdma_opt_next(&o, argc, argv)) != -1) {
 		int bad = 0; /* flags leave it 0 */
 
 		switch (opt) {
-		case 'H': bad = pdma_opt_ipv4(&o, &a->so.host); break;
+		case 'H':
+			bad = pdma_opt_ipv4(&o, &a->so.host);
+			a->host_set = true;
+			break;
 		case 'p':
 			bad = pdma_opt_u32(&o, 1, 65535, &port);
 			if (!bad)
@@ -114,7 +152,10 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 		}
 		case 'n': bad = pdma_opt_u64(&o, 1, PDMA_GEN_MAX_PACKETS, &c->packets); break;
 		case 'r': bad = pdma_opt_double(&o, 0, 1e9, 0, &a->so.rate_pps); break;
-		case 't': bad = pdma_opt_u32(&o, 1, 65535, &a->so.threads); break;
+		case 't':
+			bad = pdma_opt_u32(&o, 1, 65535, &a->so.threads);
+			a->threads_set = a->so.threads > 1;
+			break;
 		case 'R': bad = pdma_opt_u64(&o, 1, UINT32_MAX, &c->sample_rate); break;
 		case 'T': c->trailer = false; break;
 		case 'C': c->context = false; break;
@@ -126,14 +167,53 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 		case 'w': bad = pdma_opt_str(&o, &a->pcap); break;
 		case 'P': a->pcap_only = true; break;
 		case 'j': a->json = true; break;
+		case 'E': a->eth = true; break;
+		case 'O': bad = pdma_opt_ipv4_port(&o, a->to_host, &a->to_port); break;
+		case 'M': bad = pdma_opt_mac(&o, a->e.addr.dst_mac); break;
+		case 'm': bad = pdma_opt_mac(&o, a->e.addr.src_mac); break;
+		case 'D':
+		case 'F': {
+			const char *ip;
+			bad = pdma_opt_ipv4(&o, &ip);
+			if (!bad)
+				inet_pton(AF_INET, ip, opt == 'D' ? &a->e.addr.dst_ip : &a->e.addr.src_ip);
+			break;
+		}
+		case 'Q': {
+			uint32_t p;
+			bad = pdma_opt_u32(&o, 1, 65535, &p);
+			if (!bad)
+				a->e.addr.sport = (uint16_t)p;
+			break;
+		}
+		case 'X': bad = pdma_opt_u32(&o, 1, UINT32_MAX, &a->e.malformed_every); break;
 		case 'h': usage(stdout); return 1;
 		default: return 2; /* getopt_long said why, in one line */
 		}
 		if (bad)
 			return 2;
+		if (strchr("OMmDFQX", opt) && !a->eth_only[0])
+			snprintf(a->eth_only, sizeof(a->eth_only), "%s", o.name);
 	}
 	if (pdma_opt_end(&o, argc, argv))
 		return 2;
+	if (a->eth_only[0] && !a->eth)
+		return pdma_opt_fail(&o, "%s needs --eth", a->eth_only);
+	if (a->eth) {
+		if (!a->to_port)
+			return pdma_opt_fail(&o, "--eth needs --to ADDR:PORT (QEMU's -netdev dgram socket)");
+		if (a->host_set)
+			return pdma_opt_fail(&o, "--host does not combine with --eth: --to names where frames go, "
+						 "--dst-ip the frames' IPv4 destination");
+		if (a->threads_set)
+			return pdma_opt_fail(&o, "--threads does not combine with --eth: one sender keeps the frames' order");
+		if (a->pcap_only)
+			return pdma_opt_fail(&o, "--pcap-only does not combine with --eth: --pcap writes the frames sent");
+		if ((uint64_t)c->packet_size + PDMA_ETH_HDRS > 65507)
+			return pdma_opt_fail(&o, "--packet-size %u with --eth: a frame passes the 65507 bytes one UDP "
+						 "datagram to --to carries", c->packet_size);
+		a->e.addr.dport = a->so.port;
+	}
 	if (a->pcap_only && !a->pcap)
 		return pdma_opt_fail(&o, "--pcap-only needs --pcap FILE");
 	if (c->loss_pm + c->dup_pm + c->reorder_pm > 1000)
@@ -183,7 +263,14 @@ int pdma_cmd_gen(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (pcap_only) {
+	if (a.eth) {
+		so.host = a.to_host;
+		so.port = a.to_port;
+		so.pcap = pf;
+		ret = pdma_gen_eth_init(&a.e);
+		if (!ret)
+			ret = pdma_gen_send_eth(g, &so, &a.e);
+	} else if (pcap_only) {
 		ret = pdma_gen_write_pcap(g, pf, so.host, so.port);
 	} else {
 		so.pcap = pf;
@@ -193,6 +280,7 @@ int pdma_cmd_gen(int argc, char **argv)
 		ret = -EIO;
 	if (ret) {
 		fprintf(stderr, "peerdma gen: %s\n", strerror(-ret));
+		pdma_gen_eth_fini(&a.e);
 		pdma_gen_close(g);
 		return 1;
 	}
@@ -220,12 +308,27 @@ int pdma_cmd_gen(int argc, char **argv)
 		json_object_set_new(o, "packet_size", json_integer(c.packet_size));
 		json_object_set_new(o, "packets_per_stream", json_integer((json_int_t)c.packets));
 		json_object_set_new(o, "streams", arr);
+		if (a.eth) {
+			json_t *m = json_object();
+			for (int k = 1; k < PDMA_FRM_E__MAX; k++)
+				json_object_set_new(m, pdma_frm_reason_name(k), json_integer((json_int_t)a.e.injected[k]));
+			json_t *eo = json_object();
+			json_object_set_new(eo, "frames", json_integer((json_int_t)(a.e.good + pdma_gen_eth_malformed(&a.e))));
+			json_object_set_new(eo, "good", json_integer((json_int_t)a.e.good));
+			json_object_set_new(eo, "malformed_every", json_integer(a.e.malformed_every));
+			json_object_set_new(eo, "malformed", m);
+			json_object_set_new(o, "eth", eo);
+		}
 		json_dumpf(o, stdout, JSON_INDENT(2));
 		fputc('\n', stdout);
 		json_decref(o);
 	} else {
 		json_decref(arr);
+		if (a.eth)
+			fprintf(stderr, "frames: %llu good, %llu malformed\n", (unsigned long long)a.e.good,
+				(unsigned long long)pdma_gen_eth_malformed(&a.e));
 	}
+	pdma_gen_eth_fini(&a.e);
 	pdma_gen_close(g);
 	return 0;
 }

@@ -111,6 +111,11 @@ int pdma_opt_fail(const struct pdma_opt *o, const char *fmt, ...)
 	return 2;
 }
 
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
 int pdma_opt_parse_u64(const char *s, uint64_t *v)
 {
 	int base = 10;
@@ -198,6 +203,43 @@ int pdma_opt_ipv4(const struct pdma_opt *o, const char **v)
 		return pdma_opt_bad(o, "not a valid IPv4 address (a.b.c.d, each 0..255)");
 	*v = optarg;
 	return 0;
+}
+
+int pdma_opt_mac(const struct pdma_opt *o, uint8_t mac[6])
+{
+	const char *s = optarg ? optarg : "";
+	uint8_t m[6];
+
+	/* Exactly six two-digit hex bytes and five colons: sscanf's %x would
+	 * take spaces, signs and longer numbers. */
+	for (int i = 0; i < 6; i++, s += 3) {
+		int hi = hexval(s[0]), lo = hi < 0 ? -1 : hexval(s[1]);
+		if (lo < 0 || s[2] != (i < 5 ? ':' : 0))
+			return pdma_opt_bad(o, "want a MAC address as six hex bytes, aa:bb:cc:dd:ee:ff");
+		m[i] = (uint8_t)(hi << 4 | lo);
+	}
+	memcpy(mac, m, 6);
+	return 0;
+}
+
+int pdma_opt_ipv4_port(const struct pdma_opt *o, char host[16], uint16_t *port)
+{
+	const char *s = optarg ? optarg : "", *colon = strrchr(s, ':');
+	struct in_addr a;
+	uint64_t p;
+	char h[16];
+
+	if (!colon || (size_t)(colon - s) >= sizeof(h))
+		goto bad;
+	memcpy(h, s, (size_t)(colon - s));
+	h[colon - s] = 0;
+	if (inet_pton(AF_INET, h, &a) != 1 || pdma_opt_parse_u64(colon + 1, &p) || p < 1 || p > 65535)
+		goto bad;
+	memcpy(host, h, sizeof(h));
+	*port = (uint16_t)p;
+	return 0;
+bad:
+	return pdma_opt_bad(o, "want IPv4:PORT (a.b.c.d:1..65535)");
 }
 
 int pdma_opt_choice(const struct pdma_opt *o, const char *const *names, int *idx)

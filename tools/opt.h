@@ -46,6 +46,10 @@ int pdma_opt_double(const struct pdma_opt *o, double min, double max, int min_op
 int pdma_opt_str(const struct pdma_opt *o, const char **v);
 /* A dotted-quad IPv4 address (inet_pton's form). */
 int pdma_opt_ipv4(const struct pdma_opt *o, const char **v);
+/* A MAC address, aa:bb:cc:dd:ee:ff (hex digits either case). */
+int pdma_opt_mac(const struct pdma_opt *o, uint8_t mac[6]);
+/* IPv4:PORT, port 1..65535: the address into host (a dotted quad). */
+int pdma_opt_ipv4_port(const struct pdma_opt *o, char host[16], uint16_t *port);
 /* One of names[] (NULL-terminated): *idx gets its index. */
 int pdma_opt_choice(const struct pdma_opt *o, const char *const *names, int *idx);
 /* Any other error about the current value: "invalid value 'V' for --NAME: why". */

@@ -4,6 +4,7 @@
  * duplicated and reordered packets apart; lost is what the span between the
  * lowest and highest packet lacks. */
 #include <errno.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,4 +144,30 @@ bool pdma_acct_stream(const struct pdma_acct *a, uint32_t idx, struct pdma_strea
 	uint64_t span = s->high - s->low + 1;
 	out->lost = span > s->s.received ? span - s->s.received : 0;
 	return true;
+}
+
+json_t *pdma_acct_streams_json(const struct pdma_acct *a)
+{
+	json_t *streams = json_array();
+
+	for (uint32_t i = 0; i < a->max_streams; i++) {
+		struct pdma_stream_stats s;
+		if (!pdma_acct_stream(a, i, &s))
+			continue;
+		json_t *j = json_object();
+		json_object_set_new(j, "stream_id", json_integer(s.stream_id));
+		json_object_set_new(j, "received", json_integer((json_int_t)s.received));
+		json_object_set_new(j, "lost", json_integer((json_int_t)s.lost));
+		json_object_set_new(j, "duplicated", json_integer((json_int_t)s.duplicated));
+		json_object_set_new(j, "reordered", json_integer((json_int_t)s.reordered));
+		json_object_set_new(j, "late", json_integer((json_int_t)s.late));
+		json_object_set_new(j, "malformed", json_integer((json_int_t)s.malformed));
+		json_object_set_new(j, "class_mismatch", json_integer((json_int_t)s.class_mismatch));
+		json_object_set_new(j, "context", json_integer((json_int_t)s.context));
+		json_object_set_new(j, "count_errors", json_integer((json_int_t)s.count_errors));
+		json_object_set_new(j, "lost_by_4bit_count", json_integer((json_int_t)s.lost_count4));
+		json_object_set_new(j, "payload_bytes", json_integer((json_int_t)s.bytes));
+		json_array_append_new(streams, j);
+	}
+	return streams;
 }

@@ -60,4 +60,11 @@ void pdma_acct_add(struct pdma_acct *a, const struct pdma_dfr_desc *d, uint32_t 
 /* Final per-stream numbers (lost is computed here). idx < max_streams. */
 bool pdma_acct_stream(const struct pdma_acct *a, uint32_t idx, struct pdma_stream_stats *out);
 
+/* The streams with a valid packet as a JSON array, one object each (stream_id,
+ * received, lost, duplicated, reordered, late, malformed, class_mismatch,
+ * context, count_errors, lost_by_4bit_count, payload_bytes): what `peerdma
+ * ingest -j` and `peerdma deframe -j` print. A new reference. */
+struct json_t;
+struct json_t *pdma_acct_streams_json(const struct pdma_acct *a);
+
 #endif /* PDMA_INGEST_DEFRAME_ACCT_H */

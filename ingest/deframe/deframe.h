@@ -143,10 +143,12 @@ struct pdma_dfr_pkt {
 	uint64_t cls;         /* pdma_dfr_class() */
 };
 
+#ifndef PDMA_DFR_FN /* frame.h, included first, defines it the same */
 #if defined(__CUDACC__)
 #define PDMA_DFR_FN static __host__ __device__ __forceinline__
 #else
 #define PDMA_DFR_FN static inline
+#endif
 #endif
 
 #include "frame.h"

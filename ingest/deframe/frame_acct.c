@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* Frame-ring counters: skipped frames by reason, datagrams to the stream
  * accounting. */
+#include <jansson.h>
+
 #include "deframe/frame_acct.h"
 
 void pdma_frm_account(struct pdma_frm_stats *fs, struct pdma_acct *a, const struct pdma_dfr_desc *d,
@@ -39,4 +41,16 @@ const char *pdma_frm_reason_name(int reason)
 		[PDMA_FRM_E_UDP_CSUM] = "udp_csum",
 	};
 	return reason > PDMA_FRM_OK && reason < PDMA_FRM_E__MAX ? names[reason] : NULL;
+}
+
+json_t *pdma_frm_stats_json(const struct pdma_frm_stats *fs)
+{
+	json_t *o = json_object(), *sk = json_object();
+
+	json_object_set_new(o, "frames", json_integer((json_int_t)fs->frames));
+	json_object_set_new(o, "datagrams", json_integer((json_int_t)fs->datagrams));
+	for (int k = 1; k < PDMA_FRM_E__MAX; k++)
+		json_object_set_new(sk, pdma_frm_reason_name(k), json_integer((json_int_t)fs->skipped[k]));
+	json_object_set_new(o, "skipped", sk);
+	return o;
 }

@@ -34,4 +34,9 @@ uint64_t pdma_frm_skipped_total(const struct pdma_frm_stats *fs);
  * malformed frames under the same names. */
 const char *pdma_frm_reason_name(int reason);
 
+/* The counters as JSON: {"frames", "datagrams", "skipped": {reason: n, ...
+ * every reason}}. A new reference. */
+struct json_t;
+struct json_t *pdma_frm_stats_json(const struct pdma_frm_stats *fs);
+
 #endif /* PDMA_INGEST_DEFRAME_FRAME_ACCT_H */

@@ -114,6 +114,8 @@ int pdma_eth_malform(uint8_t *f, uint32_t len, uint32_t cap, int why)
 	case PDMA_FRM_E_OVERSIZE: {
 		/* A valid frame, only too long: the datagram padded with zeros. */
 		const uint32_t n = PDMA_ETH_OVERSIZE_LEN;
+		if (len >= n)
+			return (int)len; /* already past it */
 		if (cap < n)
 			return -EINVAL;
 		memset(f + len, 0, n - len);

@@ -81,6 +81,13 @@ struct pdma_gen_send_opts {
 			       * stream sends and injects does not depend on T. */
 };
 int pdma_gen_send(struct pdma_gen *g, const struct pdma_gen_send_opts *o);
+/* Ethernet frames instead of datagrams (gen/eth.h: e's addresses and
+ * malformed-frame schedule, its counts updated): each frame the payload of
+ * one UDP datagram to host:port (QEMU's dgram netdev), one socket, in
+ * pdma_gen_next's order, paced by rate_pps; pcap (optional) gets the frames
+ * themselves. threads is ignored (one sender). */
+struct pdma_gen_eth;
+int pdma_gen_send_eth(struct pdma_gen *g, const struct pdma_gen_send_opts *o, struct pdma_gen_eth *e);
 /* pcap only (no network). */
 int pdma_gen_write_pcap(struct pdma_gen *g, FILE *f, const char *host, uint16_t port);
 

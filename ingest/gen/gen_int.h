@@ -11,6 +11,12 @@
 
 #include "gen/gen.h"
 
+struct mmsghdr;
+
+/* Datagrams per sendmmsg call (and per stream turn while sending: one call
+ * carries one stream's datagrams, since each stream has its own socket). */
+#define SEND_BATCH 64u
+
 /* Round-robin over the streams first, first + step, ... (a sender thread
  * owns one such disjoint subset; pdma_gen_next walks all of them). Every
  * stream's state (injection RNG, queue, counts) is its own, so what a stream
@@ -29,6 +35,14 @@ void pdma_gen_iter_init(const struct pdma_gen *g, struct pdma_gen_iter *it, uint
 int pdma_gen_iter_next(struct pdma_gen *g, struct pdma_gen_iter *it, uint8_t *buf, size_t cap,
 		       uint32_t *stream);
 const struct pdma_gen_config *pdma_gen_get_config(const struct pdma_gen *g);
+
+/* send.c: sendmmsg all nb messages on fd (retrying what the kernel
+ * refuses for a while; a datagram nobody receives is gone, as on a
+ * network); 0 or -errno. The monotonic clock in seconds, and a sleep until
+ * `sent` datagrams are due at `rate` per second from t0 (0: unpaced). */
+int pdma_gen_flush(int fd, struct mmsghdr *msg, uint32_t nb);
+double pdma_gen_now(void);
+void pdma_gen_pace(double t0, uint64_t sent, double rate);
 
 /* pcap.c: the file header, and one Ethernet/IPv4/UDP record of a datagram
  * (addresses in network order) at t_us microseconds. */

@@ -17,16 +17,25 @@
 #include "gen/gen.h"
 #include "gen/gen_int.h"
 
-static double now_s(void)
+double pdma_gen_now(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* Datagrams per sendmmsg call (and per stream turn while sending: one call
- * carries one stream's datagrams, since each stream has its own socket). */
-#define SEND_BATCH 64u
+void pdma_gen_pace(double t0, uint64_t sent, double rate)
+{
+	if (rate <= 0)
+		return;
+	double due = t0 + (double)sent / rate, t = pdma_gen_now();
+	if (due > t) {
+		double d = due - t;
+		struct timespec ts = { (time_t)d, (long)((d - (double)(time_t)d) * 1e9) };
+		nanosleep(&ts, NULL);
+	}
+}
+
 
 struct send_ctx {
 	struct pdma_gen *g;
@@ -43,7 +52,7 @@ struct send_thread {
 	int ret;
 };
 
-static int flush(int fd, struct mmsghdr *msg, uint32_t nb)
+int pdma_gen_flush(int fd, struct mmsghdr *msg, uint32_t nb)
 {
 	uint32_t done = 0;
 	while (done < nb) {
@@ -124,7 +133,7 @@ static int send_subset(struct send_ctx *x, uint32_t first)
 		msg[i].msg_hdr.msg_iovlen = 1;
 	}
 	pdma_gen_iter_init(g, &it, first, step, SEND_BATCH);
-	double t0 = now_s();
+	double t0 = pdma_gen_now();
 	for (;;) {
 		uint32_t si = 0;
 		/* Slots rotate: the datagram that ends a batch (another stream)
@@ -137,20 +146,13 @@ static int send_subset(struct send_ctx *x, uint32_t first)
 			break;
 		}
 		if (nb && (len == 0 || si != bstream || nb == SEND_BATCH)) {
-			ret = flush(fds[(bstream - first) / step], msg, nb);
+			ret = pdma_gen_flush(fds[(bstream - first) / step], msg, nb);
 			if (ret)
 				goto out;
 			sent += nb;
 			base = (base + nb) % (SEND_BATCH + 1);
 			nb = 0;
-			if (rate > 0) {
-				double due = t0 + (double)sent / rate, t = now_s();
-				if (due > t) {
-					double d = due - t;
-					struct timespec ts = { (time_t)d, (long)((d - (double)(time_t)d) * 1e9) };
-					nanosleep(&ts, NULL);
-				}
-			}
+			pdma_gen_pace(t0, sent, rate);
 		}
 		if (len == 0)
 			break;

@@ -29,7 +29,7 @@
 
 #include "cmd.h"
 
-enum kind { FLAG, UINT, DBL, STR, IPV4, CHOICE, BDF };
+enum kind { FLAG, UINT, DBL, STR, IPV4, CHOICE, BDF, MAC, HOSTPORT };
 
 struct optspec {
 	const char *lng;
@@ -62,7 +62,11 @@ static const struct optspec gen_opts[] = {
 	{ "loss-burst", 0, UINT, NULL },   { "dup", 0, UINT, NULL },
 	{ "reorder", 0, UINT, NULL },      { "seed", 0, UINT, NULL },
 	{ "pcap", 'w', STR, NULL },        { "pcap-only", 0, FLAG, NULL },
-	{ "json", 'j', FLAG, NULL },       { NULL, 0, FLAG, NULL },
+	{ "json", 'j', FLAG, NULL },       { "eth", 0, FLAG, NULL },
+	{ "to", 0, HOSTPORT, NULL },       { "dst-mac", 0, MAC, NULL },
+	{ "src-mac", 0, MAC, NULL },       { "dst-ip", 0, IPV4, NULL },
+	{ "src-ip", 0, IPV4, NULL },       { "src-port", 0, UINT, NULL },
+	{ "malformed", 0, UINT, NULL },    { NULL, 0, FLAG, NULL },
 };
 
 static const struct optspec ingest_opts[] = {
@@ -93,12 +97,20 @@ static const struct optspec info_opts[] = {
 
 static const struct optspec demo_opts[] = { { NULL, 0, FLAG, NULL } };
 
+static const struct optspec deframe_opts[] = {
+	{ "pcap", 'r', STR, NULL },         { "port", 'p', UINT, NULL },
+	{ "max-frame", 0, UINT, NULL },     { "sample-rate", 0, UINT, NULL },
+	{ "max-streams", 0, UINT, NULL },   { "out-packets", 0, UINT, NULL },
+	{ "json", 'j', FLAG, NULL },        { NULL, 0, FLAG, NULL },
+};
+
 static const struct cmdspec cmds[] = {
 	{ "gen", pdma_cmd_gen_check, pdma_cmd_gen, gen_opts, NULL },
 	{ "ingest", pdma_cmd_ingest_check, pdma_cmd_ingest, ingest_opts, NULL },
 	{ "bench", pdma_cmd_bench_check, pdma_cmd_bench, bench_opts, benches },
 	{ "info", pdma_cmd_info_check, pdma_cmd_info, info_opts, NULL },
 	{ "demo", pdma_cmd_demo_check, pdma_cmd_demo, demo_opts, NULL },
+	{ "deframe", pdma_cmd_deframe_check, pdma_cmd_deframe, deframe_opts, NULL },
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 
@@ -113,6 +125,13 @@ static const char *const bad_ipv4[] = { "", "300.1.2.3", "notanip", "1.2.3", "1.
 					"-1.0.0.0", " 127.0.0.1", "127.0.0.1\n", NULL };
 static const char *const bad_choice[] = { "", "nonsense", "CPU ", NULL };
 static const char *const bad_bdf[] = { "", "zz", "0000:3b:00", "-1", NULL };
+static const char *const bad_mac[] = { "", "52:54:00:12:34", "52:54:00:12:34:56:78", "zz:54:00:12:34:56",
+				       "52-54-00-12-34-56", "5254.0012.3456", " 52:54:00:12:34:56",
+				       "52:54:00:12:34:5g", "152:54:00:12:34:56", "2:54:00:12:34:56",
+				       "52:54:00:12:34:56:", "-1", NULL };
+static const char *const bad_hostport[] = { "", "127.0.0.1", "127.0.0.1:", ":5000", "127.0.0.1:0",
+					    "127.0.0.1:65536", "127.0.0.1:-1", "host:5000", "300.0.0.1:5000",
+					    "127.0.0.1:5000x", " 127.0.0.1:5000", "127.0.0.1: 5000", "-1", NULL };
 
 static const char *const good_num[] = { "0", "1", "2", "3", "4", "8", "64", "100", "1000",
 					"4096", "9216", "65504", "0x10", "0X1F", "007", NULL };
@@ -120,6 +139,10 @@ static const char *const good_dbl[] = { "0", "0.5", "1", "2.5", "100", "1e3", "0
 static const char *const good_str[] = { "out.json", "/tmp/x", "-", "a b", "-1", NULL };
 static const char *const good_ipv4[] = { "127.0.0.1", "10.1.2.3", "0.0.0.0", NULL };
 static const char *const good_bdf[] = { "0000:3b:00.0", "3b:00.0", NULL };
+static const char *const good_mac[] = { "52:54:00:12:34:56", "02:00:00:00:00:01", "ff:ff:ff:ff:ff:ff",
+					"0a:1B:2c:3D:4e:5F", NULL };
+static const char *const good_hostport[] = { "127.0.0.1:5000", "10.0.2.2:1234", "127.0.0.1:65535",
+					     "0.0.0.0:1", NULL };
 
 static const char *const *bad_values(enum kind k)
 {
@@ -130,6 +153,8 @@ static const char *const *bad_values(enum kind k)
 	case IPV4: return bad_ipv4;
 	case CHOICE: return bad_choice;
 	case BDF: return bad_bdf;
+	case MAC: return bad_mac;
+	case HOSTPORT: return bad_hostport;
 	default: return NULL;
 	}
 }
@@ -143,6 +168,8 @@ static const char *const *good_values(const struct optspec *o)
 	case IPV4: return good_ipv4;
 	case CHOICE: return o->choices;
 	case BDF: return good_bdf;
+	case MAC: return good_mac;
+	case HOSTPORT: return good_hostport;
 	default: return NULL;
 	}
 }
@@ -502,6 +529,52 @@ static void test_fuzz_lists(void **state)
 	assert_true(by_status[2] > rounds / 20);
 }
 
+/* gen --eth: what combines and what does not, each refusal one line naming
+ * the option at fault. */
+static void test_gen_eth_combos(void **state)
+{
+	static const struct {
+		const char *args[10];
+		int status;
+		const char *names;
+	} cases[] = {
+		{ { "--eth", "--to", "127.0.0.1:5555" }, 0, NULL },
+		{ { "--eth", "--to=127.0.0.1:5555", "--dst-mac", "52:54:00:12:34:57", "--src-mac", "02:00:00:00:00:09",
+		    "-p", "5000" }, 0, NULL },
+		{ { "--eth", "--to", "127.0.0.1:5555", "--dst-ip", "10.0.2.16", "--src-ip", "10.0.2.3" }, 0, NULL },
+		{ { "--eth", "--to", "127.0.0.1:5555", "--src-port", "1", "--malformed", "1", "-w", "x.pcap" }, 0, NULL },
+		{ { "--eth", "--to", "127.0.0.1:5555", "-t", "1", "-S", "65464" }, 0, NULL },
+		{ { "--eth" }, 2, "--to" },
+		{ { "--to", "127.0.0.1:5555" }, 2, "--to" },
+		{ { "--malformed", "3" }, 2, "--malformed" },
+		{ { "--src-port", "7", "--dst-mac", "52:54:00:12:34:57" }, 2, "--src-port" },
+		{ { "--eth", "--to", "127.0.0.1:5555", "-H", "127.0.0.1" }, 2, "--host" },
+		{ { "--eth", "--to", "127.0.0.1:5555", "-t", "2" }, 2, "--threads" },
+		{ { "--eth", "--to", "127.0.0.1:5555", "-w", "x", "--pcap-only" }, 2, "--pcap-only" },
+		{ { "--eth", "--to", "127.0.0.1:5555", "-S", "65468" }, 2, "--packet-size" },
+		{ { "--eth", "--to", "127.0.0.1:5555", "--malformed", "0" }, 2, "--malformed" },
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *argv[12] = { (char *)"gen" };
+		int argc = 1;
+		struct call r;
+
+		while (argc <= 10 && cases[i].args[argc - 1])
+			argv[argc] = (char *)cases[i].args[argc - 1], argc++;
+		call(&cmds[0], argc, argv, &r);
+		if (r.status != cases[i].status)
+			show(&cmds[0], argc, argv, "unexpected status", &r);
+		if (r.status == 0 && r.err_len)
+			show(&cmds[0], argc, argv, "status 0 with output on stderr", &r);
+		if (r.status == 2) {
+			check_one_line(&cmds[0], argc, argv, &r);
+			if (!strstr(r.err, cases[i].names))
+				show(&cmds[0], argc, argv, "the line does not name the option at fault", &r);
+		}
+	}
+}
+
 /* The tables above name every option each command's --help lists. */
 static void test_tables_match(void **state)
 {
@@ -561,6 +634,7 @@ int main(void)
 		cmocka_unit_test(test_every_bad_value),
 		cmocka_unit_test(test_every_good_value),
 		cmocka_unit_test(test_fuzz_lists),
+		cmocka_unit_test(test_gen_eth_combos),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
