@@ -10,6 +10,10 @@ The guest drives it with control frames (Ethertype 0x88B5, payload
 "PDNIC <command> <args>"), transmitted through peerdma_e1000 from GPU pages:
   READY                       the guest's receive side is attached; answered
                               READY-OK (and --on-ready starts its command)
+  START                       answered START-OK (and --on-start starts its
+                              command): the guest sends it once READY-OK came
+                              back, i.e. past QEMU's 1 s receive stall after
+                              each RCTL write, so nothing sent is lost to it
   SEND FIRST COUNT SIZE SEED  COUNT data frames, sequence FIRST.. (SIZE 0:
                               sizes vary over 64..1514)
   ODD SEED                    a runt, a 1514-byte frame, three oversize ones,
@@ -24,9 +28,13 @@ while the guest NIC does not receive): STOP and TXCHECK answer the same again.
 Data frames (0x88B6 host->guest, 0x88B7 guest->host): frame_bytes() below,
 mirrored by nic.c's frame_byte().
 
---on-ready 'CMD' runs CMD through the shell on the first READY ({guest_port}
-and {port} replaced), for a generator of its own (`peerdma gen --eth --to
-127.0.0.1:{guest_port} ...`); the helper keeps answering control frames.
+--on-ready 'CMD' / --on-start 'CMD' run CMD through the shell on the first
+READY / START ({guest_port} and {port} replaced), for a generator of one's own
+(`peerdma gen --eth --to 127.0.0.1:{guest_port} ...`: QEMU takes datagrams from
+any sender); the helper keeps answering control frames. While the guest NIC has
+no free descriptor QEMU stops reading its socket, and what overflows that
+socket's buffer (net.core.rmem_default: about 90 1-KiB frames) is dropped by
+the host: a generator must be paced to what the guest consumes.
 """
 import argparse
 import select
@@ -63,6 +71,7 @@ def main():
     ap.add_argument("--guest-port", type=int, required=True, help="QEMU's local port")
     ap.add_argument("--timeout", type=float, default=900, help="exit after this many seconds")
     ap.add_argument("--on-ready", help="shell command to start on the first READY")
+    ap.add_argument("--on-start", help="shell command to start on the first START")
     ap.add_argument("--log", help="append a line per event here (default stderr)")
     a = ap.parse_args()
 
@@ -75,7 +84,7 @@ def main():
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
     s.bind(("127.0.0.1", a.port))
     dest = ("127.0.0.1", a.guest_port)
-    child = None
+    children = {}  # command word -> its process
     stream = None  # [seed, size, interval_s, next_seq, next_time]
     tx = {}  # seed -> [ok, bad]
     stopped = 0
@@ -121,12 +130,13 @@ def main():
             continue
         cmd, args = words[0], [int(w) for w in words[1:] if w.isdigit()]
         log(" ".join(words))
-        if cmd == "READY":
-            send(ctl("READY-OK"))
-            if a.on_ready and child is None:
-                c = a.on_ready.format(guest_port=a.guest_port, port=a.port)
+        if cmd in ("READY", "START"):
+            send(ctl(cmd + "-OK"))
+            start = a.on_ready if cmd == "READY" else a.on_start
+            if start and cmd not in children:
+                c = start.format(guest_port=a.guest_port, port=a.port)
                 log(f"starting: {c}")
-                child = subprocess.Popen(c, shell=True)
+                children[cmd] = subprocess.Popen(c, shell=True)
         elif cmd == "SEND" and len(args) == 4:
             first, count, size, seed = args
             for seq in range(first, first + count):
@@ -151,7 +161,7 @@ def main():
         elif cmd == "BYE":
             break
     log(f"done: TX frames checked {sum(t[0] for t in tx.values())}, bad {sum(t[1] for t in tx.values())}")
-    if child:
+    for child in children.values():
         child.wait()
     return 0
 
