@@ -82,6 +82,7 @@ extern const struct pd_test pd_client_tests[];		/* client.c */
 extern const struct pd_test pd_lifetime_tests[];	/* lifetime.c */
 extern const struct pd_test pd_strict_tests[];		/* strict.c */
 extern const struct pd_test pd_fault_tests[];		/* faults.c */
+extern const struct pd_test pd_nic_tests[];		/* nic.c: drivers/e1000 */
 extern const struct pd_test pd_final_tests[];		/* dmabuf.c: pdtest final */
 void t_faults_alloc(void);			/* faults.c, in pd_final_tests */
 

@@ -122,6 +122,9 @@ int do_rmmod(void)
 	fails = 0;
 	if (syscall(SYS_delete_module, "peerdma_edu", O_NONBLOCK))
 		FAIL("rmmod peerdma_edu: %s", strerror(errno));
+	/* the reference NIC driver (drivers/e1000) uses peerdma's symbols too */
+	if (syscall(SYS_delete_module, "peerdma_e1000", O_NONBLOCK) && errno != ENOENT)
+		FAIL("rmmod peerdma_e1000: %s", strerror(errno));
 	if (pipe(p))
 		return 1;
 	pid = fork();

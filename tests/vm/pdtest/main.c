@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * In-guest test suite of peerdma.ko (static binary, run by tests/vm/init).
- *   pdtest suite [SEED [TEST]]  every functional test (or one), one "ok - NAME" / "not ok - NAME"
+ *   pdtest suite [SEED [TEST]]  every functional test (or one; TEST_: a prefix), one "ok - NAME" / "not ok - NAME"
  *                        / "skip - NAME" line each (SEED: of the DMA pattern)
  *   pdtest final [SEED]  the tests that must run last (the host checks their bytes)
  *   pdtest race SECONDS [ROUNDS]  see race.c
@@ -20,8 +20,16 @@
 static const struct pd_test *const suites[] = {
 	pd_abi_tests, pd_host_tests, pd_counter_tests, pd_gpu_tests, pd_isolation_tests,
 	pd_dmabuf_tests, pd_client_tests, pd_lifetime_tests, pd_strict_tests,
-	pd_fault_tests,
+	pd_fault_tests, pd_nic_tests,
 };
+
+/* TEST "nic_" (ends in '_'): every test whose name starts with it */
+static int only_prefix(const char *only, const char *name)
+{
+	size_t n = strlen(only);
+
+	return n && only[n - 1] == '_' && !strncmp(only, name, n);
+}
 
 static int run_one(const char *name, void (*fn)(void), int timeout)
 {
@@ -63,7 +71,7 @@ int main(int argc, char **argv)
 		cfg_seed = argc >= 3 ? atoi(argv[2]) : 1;
 		for (size_t i = 0; i < sizeof(suites) / sizeof(suites[0]); i++)
 			for (const struct pd_test *t = suites[i]; t->name; t++)
-				if (!only || !strcmp(only, t->name))
+				if (!only || !strcmp(only, t->name) || only_prefix(only, t->name))
 					bad |= run_one(t->name, t->fn, 120);
 		return bad;
 	}
