@@ -13,7 +13,8 @@
  *  - the registration is pinned by the module: PEERDMA_IOC_QUERY of the handle
  *    pdma_mr_dma() names says LIVE and the kind;
  *  - pdma_mr_dma fields; pdma_mr_dma_pages (root) gives the BAR's physical
- *    pages of the allocation, in order; a short room gives -ERANGE + count;
+ *    pages of the allocation, in order; a short room gives -ERANGE + count,
+ *    CAP_SYS_RAWIO dropped -EPERM;
  *  - a second registration is a cache hit (same kernel handle);
  *  - cuMemFree -> the module revokes the pin -> PDMA_MR_REVOKED on the EQ
  *    (bound with PDMA_MR_REVOKE_EVENTS), pdma_mr_dma -ENODEV, the handle
@@ -36,7 +37,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "gpusim_uapi.h"
@@ -104,6 +107,22 @@ static unsigned long long buffer_id(cuptr p)
 	unsigned long long id = 0;
 
 	return cu.PointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) ? 0 : id;
+}
+
+/* CAP_SYS_RAWIO in the effective set on or off (it stays permitted, so it
+ * can come back): the physical addresses are for the privileged. */
+static int rawio(int on)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct c[2];
+
+	if (syscall(SYS_capget, &h, c))
+		return -errno;
+	if (on)
+		c[CAP_SYS_RAWIO / 32].effective |= 1u << (CAP_SYS_RAWIO % 32);
+	else
+		c[CAP_SYS_RAWIO / 32].effective &= ~(1u << (CAP_SYS_RAWIO % 32));
+	return syscall(SYS_capset, &h, c) ? -errno : 0;
 }
 
 static int query(int fd, uint64_t handle, struct peerdma_query *q)
@@ -236,6 +255,15 @@ static void route(int dmabuf)
 		check(in_order, "%s: pdma_mr_dma_pages: %u pages from %#llx, the BAR's at %#llx (%d)",
 		      rn, count, ret ? 0ull : (unsigned long long)pages[0],
 		      (unsigned long long)want, ret);
+	}
+	if (rawio(0) == 0) {
+		count = 64;
+		ret = pdma_mr_dma_pages(m, 0, pages, &count);
+		rawio(1);
+		check(ret == -EPERM, "%s: pdma_mr_dma_pages without CAP_SYS_RAWIO: -EPERM (%d)", rn,
+		      ret);
+	} else {
+		check(0, "%s: drop CAP_SYS_RAWIO", rn);
 	}
 	ret = reg(d, va, SZ, NULL, &m2);
 	check(ret == 0 && pdma_mr_dma(m2, 0, &dma2) == 0 && dma2.handle == dma.handle,
