@@ -137,8 +137,11 @@ int pdma_ingest_open_msg(const struct pdma_ingest_config *c, struct pdma_ingest 
 	for (uint32_t i = 0; i < ing->nrx; i++)
 		ing->rx[i].fd = -1;
 	ret = pdma_dfr_init(&ing->dfr, &c->dfr);
-	if (ret)
+	if (ret) {
+		snprintf(msg, msglen, "the deframer's tables (%u streams x %u packets x %u bytes): %s",
+			 c->dfr.max_streams, c->dfr.out_pkts, c->dfr.max_payload, strerror(-ret));
 		goto err;
+	}
 	if (c->path == PDMA_RX_NIC) {
 		ing->rx[0].ing = ing;
 		ret = nic_open(ing, msg, msglen);

@@ -237,8 +237,13 @@ int pdma_cmd_ingest(int argc, char **argv)
 	double duration = a.duration, idle_s = a.idle_s;
 	uint64_t count = a.count;
 
-	/* Slots hold whole datagrams; the output keeps whole payloads. */
-	if (c.dfr.max_payload > c.slot_size)
+	/* Slots (receive buffers on the nic path) hold whole datagrams; the
+	 * output keeps whole payloads. */
+	if (c.path == PDMA_RX_NIC) {
+		uint32_t bs = c.nic.buf_size ? c.nic.buf_size : 2048;
+		if (c.dfr.max_payload > bs)
+			c.dfr.max_payload = bs & ~3u;
+	} else if (c.dfr.max_payload > c.slot_size)
 		c.dfr.max_payload = (c.slot_size - PDMA_SLOT_HDR) & ~3u;
 
 	struct pdma_sim *sim = NULL;

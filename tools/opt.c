@@ -159,7 +159,7 @@ int pdma_opt_u64(const struct pdma_opt *o, uint64_t min, uint64_t max, uint64_t 
 
 int pdma_opt_u32(const struct pdma_opt *o, uint32_t min, uint32_t max, uint32_t *v)
 {
-	uint64_t x;
+	uint64_t x = 0;
 	int ret = pdma_opt_u64(o, min, max, &x);
 
 	if (!ret)

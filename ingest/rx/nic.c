@@ -25,6 +25,7 @@ struct pdma_rx_nic {
 	pdma_cu_ctx ctx;
 	bool ctx_retained;
 	pdma_cu_ptr region;   /* 0 once freed */
+	uint64_t region_addr; /* where it was (reports) */
 	uint64_t bytes;
 	struct pdma_mr *mr;
 	struct pdma_eq *eq;
@@ -33,6 +34,7 @@ struct pdma_rx_nic {
 	uint64_t bufs_off;
 	uint32_t nbufs;
 	uint8_t *stage;       /* host copy at the region's offsets (stage) */
+	struct pdma_nic_stats base; /* the NIC's counters when we attached */
 	bool revoked;
 };
 
@@ -53,6 +55,13 @@ static int cu_fail(struct pdma_rx_nic *n, char *msg, size_t msglen, const char *
 {
 	(void)n;
 	return fail(msg, msglen, pdma_cu_errno(r), "%s failed: %s", what, pdma_cu_errname(r));
+}
+
+static int nic_counters(int fd, struct pdma_nic_stats *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->size = sizeof(*s);
+	return ioctl(fd, PDMA_NIC_IOC_STATS, s) ? -errno : 0;
 }
 
 /* The region: device memory, zeroed so that nothing stale reads as a frame,
@@ -82,6 +91,7 @@ static int region_open(struct pdma_rx_nic *n, struct pdma_domain *dom, char *msg
 		n->region = 0;
 		return cu_fail(n, msg, msglen, "cuMemAlloc of the receive region", r);
 	}
+	n->region_addr = n->region;
 	r = n->cu->MemsetD8(n->region, 0, n->bytes);
 	if (r != PDMA_CU_SUCCESS)
 		return cu_fail(n, msg, msglen, "cuMemsetD8", r);
@@ -106,6 +116,8 @@ static int region_open(struct pdma_rx_nic *n, struct pdma_domain *dom, char *msg
 
 	struct pdma_nic_rx_attach at = {
 		.size = sizeof(at),
+		/* lengths without the FCS: a NIC (QEMU's) may count it unwritten */
+		.flags = PDMA_NIC_RX_STRIP_CRC,
 		.peerdma_fd = d.kernel_fd,
 		.buf_size = n->c.buf_size,
 		.handle = d.handle,
@@ -116,6 +128,7 @@ static int region_open(struct pdma_rx_nic *n, struct pdma_domain *dom, char *msg
 		return fail(msg, msglen, -errno, "%s: attaching the receive region: %s", n->c.dev,
 			    strerror(errno));
 	n->nbufs = at.nbufs;
+	nic_counters(n->fd, &n->base);
 	n->bufs_off = at.bufs_offset - at.offset; /* from the region's start */
 	return 0;
 }
@@ -278,16 +291,31 @@ int pdma_rx_nic_run(struct pdma_rx_nic *n, const atomic_bool *stop, pdma_rx_nic_
 	}
 }
 
+/* The driver counts for the NIC's lifetime: report this receiver's share. */
 int pdma_rx_nic_stats(struct pdma_rx_nic *n, struct pdma_nic_stats *s)
 {
-	memset(s, 0, sizeof(*s));
-	s->size = sizeof(*s);
-	return ioctl(n->fd, PDMA_NIC_IOC_STATS, s) ? -errno : 0;
+	const struct pdma_nic_stats *b = &n->base;
+	int ret = nic_counters(n->fd, s);
+
+	if (ret)
+		return ret;
+	s->rx_frames -= b->rx_frames;
+	s->rx_bytes -= b->rx_bytes;
+	s->rx_missed -= b->rx_missed;
+	s->rx_long -= b->rx_long;
+	s->rx_errors -= b->rx_errors;
+	s->tx_frames -= b->tx_frames;
+	s->doorbells -= b->doorbells;
+	s->irqs -= b->irqs;
+	s->quiesces -= b->quiesces;
+	s->quiesce_ns -= b->quiesce_ns;
+	s->reap_ns -= b->reap_ns;
+	return 0;
 }
 
 void pdma_rx_nic_info(const struct pdma_rx_nic *n, struct pdma_rx_nic_info *i)
 {
-	i->dev_addr = n->region;
+	i->dev_addr = n->region_addr;
 	i->bytes = n->bytes;
 	i->bufs_off = n->bufs_off;
 	i->buf_size = n->c.buf_size;

@@ -23,6 +23,14 @@ The guest drives it with control frames (Ethertype 0x88B5, payload
   TXCHECK SEED                answered TXCHECK OK BAD: the 0x88B7 frames of
                               SEED the guest sent, checked byte for byte
                               against frame_bytes()
+  RUN NAME                    start the command --run NAME=CMD names, not
+                              answered (the guest's receiver may be a program
+                              under test that must see only its own frames)
+  WAIT NAME                   answered DONE NAME RC once that command ended
+  SNAPSHOT NAME               copy --gpumem (the guest's GPU memory) to
+                              SNAP_DIR/NAME.bin, answered SNAPSHOT-OK NAME
+                              (tests/vm/nic-system.sh: between runs that
+                              reuse the same GPU memory)
 A guest may repeat a command whose answer got lost (QEMU drops what arrives
 while the guest NIC does not receive): STOP and TXCHECK answer the same again.
 Data frames (0x88B6 host->guest, 0x88B7 guest->host): frame_bytes() below,
@@ -37,7 +45,9 @@ socket's buffer (net.core.rmem_default: about 90 1-KiB frames) is dropped by
 the host: a generator must be paced to what the guest consumes.
 """
 import argparse
+import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -73,6 +83,10 @@ def main():
     ap.add_argument("--on-ready", help="shell command to start on the first READY")
     ap.add_argument("--on-start", help="shell command to start on the first START")
     ap.add_argument("--log", help="append a line per event here (default stderr)")
+    ap.add_argument("--run", action="append", default=[], metavar="NAME=CMD",
+                    help="a command RUN NAME starts ({guest_port}, {port} replaced)")
+    ap.add_argument("--gpumem", help="the guest's GPU memory file (SNAPSHOT)")
+    ap.add_argument("--snap-dir", default=".", help="where SNAPSHOT copies it")
     a = ap.parse_args()
 
     logf = open(a.log, "a", buffering=1) if a.log else sys.stderr
@@ -88,6 +102,8 @@ def main():
     stream = None  # [seed, size, interval_s, next_seq, next_time]
     tx = {}  # seed -> [ok, bad]
     stopped = 0
+    runs = dict(r.split("=", 1) for r in a.run)
+    started = {}  # RUN NAME -> its process
     end = time.monotonic() + a.timeout
 
     def send(frame):
@@ -158,10 +174,22 @@ def main():
         elif cmd == "TXCHECK" and len(args) == 1:
             t = tx.get(args[0], [0, 0])
             send(ctl(f"TXCHECK {t[0]} {t[1]}"))
+        elif cmd == "RUN" and len(words) == 2 and words[1] in runs:
+            if words[1] not in started:  # a repeated RUN starts nothing
+                c = runs[words[1]].format(guest_port=a.guest_port, port=a.port)
+                log(f"starting {words[1]}: {c}")
+                started[words[1]] = subprocess.Popen(c, shell=True)
+        elif cmd == "WAIT" and len(words) == 2 and words[1] in started:
+            rc = started[words[1]].poll()
+            if rc is not None:  # else the guest asks again
+                send(ctl(f"DONE {words[1]} {rc}"))
+        elif cmd == "SNAPSHOT" and len(words) == 2 and a.gpumem and words[1].isidentifier():
+            shutil.copyfile(a.gpumem, os.path.join(a.snap_dir, words[1] + ".bin"))
+            send(ctl(f"SNAPSHOT-OK {words[1]}"))
         elif cmd == "BYE":
             break
     log(f"done: TX frames checked {sum(t[0] for t in tx.values())}, bad {sum(t[1] for t in tx.values())}")
-    for child in children.values():
+    for child in list(children.values()) + list(started.values()):
         child.wait()
     return 0
 

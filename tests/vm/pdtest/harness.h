@@ -82,6 +82,10 @@ extern const struct pd_test pd_client_tests[];		/* client.c */
 extern const struct pd_test pd_lifetime_tests[];	/* lifetime.c */
 extern const struct pd_test pd_strict_tests[];		/* strict.c */
 extern const struct pd_test pd_fault_tests[];		/* faults.c */
+/* nic.c: one control frame to tests/vm/nic-host.py (tests/vm/nic-system.sh) */
+int nicctl_main(int argc, char **argv);
+/* nic.c: zero the start of the GPU memory (tests/vm/nic-system.sh) */
+int gpuzero_main(int argc, char **argv);
 extern const struct pd_test pd_nic_tests[];		/* nic.c: drivers/e1000 */
 extern const struct pd_test pd_final_tests[];		/* dmabuf.c: pdtest final */
 void t_faults_alloc(void);			/* faults.c, in pd_final_tests */

@@ -97,12 +97,17 @@ int main(int argc, char **argv)
 		printf("%s - fuzz\n", bad ? "not ok" : "ok");
 		return bad;
 	}
+	if (argc >= 2 && !strcmp(argv[1], "nicctl"))
+		return nicctl_main(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "gpuzero"))
+		return gpuzero_main(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "rmmod")) {
 		bad = do_rmmod();
 		printf("%s - rmmod_live_pins\n", bad ? "not ok" : "ok");
 		return bad;
 	}
 	fprintf(stderr,
-		"usage: pdtest suite [SEED [TEST]] | final [SEED] | race S [ROUNDS] | fuzz S [SEED] | rmmod\n");
+		"usage: pdtest suite [SEED [TEST]] | final [SEED] | race S [ROUNDS] | fuzz S [SEED] | rmmod\n"
+		"       pdtest nicctl CMD [WANT] | gpuzero BYTES\n");
 	return 2;
 }

@@ -724,6 +724,91 @@ static void t_nic_revoke(void)
 	nic_done(&c);
 }
 
+/*
+ * pdtest nicctl CMD [WANT]: one control frame to nic-host.py and, with WANT,
+ * its answer (printed). For tests/vm/nic-system.sh, between runs of
+ * `peerdma ingest --path nic`: its buffers are host memory, so that nothing
+ * it receives lands in the GPU memory (gpusim) whose bytes the host checks.
+ * Without WANT the receive side is left alone (ingest may hold it) and the
+ * frame only goes out. The answer is asked for again every 3 s, up to
+ * 90 s: QEMU stalls reception for 1 s after the attach, and WAIT is answered
+ * only once the host's command has finished.
+ */
+int nicctl_main(int argc, char **argv)
+{
+	size_t len = RXLEN + TXLEN;
+	struct nic c = { .fd = -1 };
+	char out[128] = "";
+	uint8_t *mem;
+	int ret = 1;
+
+	if (argc < 3 || argc > 4) {
+		fprintf(stderr, "usage: pdtest nicctl CMD [WANT]\n");
+		return 2;
+	}
+	mem = aligned_alloc(4096, len);
+	if (!mem)
+		return 1;
+	memset(mem, 0, len);
+	c.fd = pd_open();
+	c.nfd = nic_open();
+	c.rx = mem;
+	c.tx = mem + RXLEN;
+	c.hrx = pin(c.fd, PEERDMA_KIND_HOST, 0, (uintptr_t)c.rx, RXLEN, NULL);
+	c.htx = pin(c.fd, PEERDMA_KIND_HOST, 0, (uintptr_t)c.tx, TXLEN, NULL);
+	if (!c.hrx || !c.htx)
+		goto out;
+	if (argc == 3) {
+		ctl_send(&c, "%s", argv[2]);
+		ret = fails ? 1 : 0;
+		goto out;
+	}
+	if (nic_attach(&c, 0, 2048, RXLEN)) {
+		printf("  nicctl: attach: %s\n", strerror(errno));
+		goto out;
+	}
+	for (int i = 0; i < 30 && ret; i++) {
+		ctl_send(&c, "%s", argv[2]);
+		if (!wait_ctl(&c, argv[3], out, sizeof(out), 3))
+			ret = 0;
+	}
+	printf("  nicctl: %s -> %s\n", argv[2], ret ? "(no answer)" : out);
+	ioctl(c.nfd, PDMA_NIC_IOC_RX_DETACH);
+out:
+	close(c.nfd);
+	close(c.fd);
+	free(mem);
+	return ret;
+}
+
+/*
+ * pdtest gpuzero BYTES: zero the first BYTES of the GPU memory (first fit:
+ * call it with nothing allocated), so that what tests/vm/nic-system.sh's
+ * frames left there does not meet the bytes later tests leave for the host.
+ */
+int gpuzero_main(int argc, char **argv)
+{
+	uint64_t size = argc == 3 ? strtoull(argv[2], NULL, 0) : 0, off = 0, va;
+	int gfd;
+	void *p;
+
+	if (!size)
+		return 2;
+	gfd = gs_open();
+	va = gs_alloc(gfd, size, &off);
+	p = va ? map_gpu(gfd, off, size) : NULL;
+	if (!p || off) {
+		printf("  gpuzero: %s\n", p ? "GPU memory in use below" : "no memory");
+		close(gfd);
+		return 1;
+	}
+	memset(p, 0, size);
+	munmap(p, size);
+	gs_free(gfd, va);
+	close(gfd);
+	return 0;
+}
+
 const struct pd_test pd_nic_tests[] = {
 	{ "nic_rx", t_nic_rx },
 	{ "nic_errors", t_nic_errors },

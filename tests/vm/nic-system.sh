@@ -1,0 +1,114 @@
+#!/bin/busybox sh
+# SPDX-License-Identifier: GPL-2.0
+# The system, in the guest: `peerdma gen --eth` on the host -> QEMU's e1000 ->
+# peerdma_e1000 -> GPU memory (gpusim) that `peerdma ingest --path nic`
+# allocated through the libcuda stand-in, registered through libpeerdma's
+# public MR API and had peerdma.ko pin -> the CPU deframer (standing in for
+# the GPU's). Run by /init (tests/vm/init); tests/vm/run's host side
+# (tests/vm/nic-host.py) starts gen when told to (RUN NAME), copies the GPU
+# memory file when told to (SNAPSHOT NAME), and afterwards checks the
+# reports and the bytes (tests/vm/nic-check.py). Control frames go through
+# `pdtest nicctl`, from host memory, so that they never touch the GPU memory
+# under test.
+#
+# Runs: full (every stream's accounting, malformed frames, the bytes in GPU
+# memory), revoke (the GPU memory freed while the NIC receives), kill
+# (kill -9 of ingest while the NIC receives). After each: no pin left.
+export PEERDMA_LIBCUDA=/usr/lib/libcuda-gpusim.so
+mkdir -p /tmp
+res() { # STATUS TEXT
+	if [ "$1" = 0 ]; then echo "ok - nic_system: $2"; else echo "not ok - nic_system: $2"; fi
+}
+pins_zero() { # WHEN
+	p=$(cat /sys/kernel/debug/peerdma/live_pins 2>/dev/null)
+	[ "$p" = 0 ]
+	res $? "no pin left after $1 (live pins ${p:-?})"
+}
+# NAME ARGS...: ingest in the background until it has attached the NIC
+ingest_bg() {
+	n=$1
+	shift
+	rm -f /tmp/$n.json /tmp/$n.err
+	peerdma ingest --path nic --deframer cpu --port 4991 --max-streams 8 --out-packets 1024 --json /tmp/$n.json "$@" 2>/tmp/$n.err &
+	pid=$!
+	i=0
+	while [ $i -lt 200 ]; do
+		# QEMU's e1000 stalls reception for 1 s after the receiver is
+		# enabled: what came meanwhile would wait in the host's socket
+		grep -qs 'receiving on' /tmp/$n.err && sleep 1.5 && return 0
+		kill -0 $pid 2>/dev/null || break
+		sleep 0.1
+		i=$((i + 1))
+	done
+	sed 's/^/  /' /tmp/$n.err
+	return 1
+}
+json_out() {
+	echo "PDNIC-JSON-BEGIN $1"
+	cat /tmp/$1.json
+	echo "PDNIC-JSON-END $1"
+}
+# after a run: gen done on the host, the GPU memory copied there
+host_sync() { # NAME
+	pdtest nicctl "WAIT $1" "DONE $1 0"
+	res $? "$1: gen on the host finished"
+	pdtest nicctl "SNAPSHOT $1" "SNAPSHOT-OK $1"
+	res $? "$1: the host copied the GPU memory"
+}
+
+# -- full: counts, malformed frames, bytes
+if ingest_bg full --nic-bufs 256 --idle 3000 --duration 300; then
+	res 0 "full: ingest attached the NIC to GPU memory pinned by peerdma.ko"
+	pdtest nicctl "RUN full"
+	wait $pid
+	st=$?
+	sed 's/^/  /' /tmp/full.err
+	res $st "full: ingest ran to the end (exit status $st)"
+	host_sync full
+	json_out full
+else
+	res 1 "full: ingest attached the NIC to GPU memory pinned by peerdma.ko"
+	kill $pid 2>/dev/null
+	wait $pid
+fi
+pins_zero full
+
+# -- revoke: the application frees the receive memory while the NIC writes
+if ingest_bg revoke --nic-bufs 512 --revoke-after 100 --duration 120; then
+	pdtest nicctl "RUN revoke"
+	wait $pid
+	st=$?
+	sed 's/^/  /' /tmp/revoke.err
+	[ $st = 1 ] && grep -q 'was revoked' /tmp/revoke.err
+	res $? "revoke: ingest stopped on the revocation and said so (exit status $st)"
+	host_sync revoke
+	json_out revoke
+else
+	res 1 "revoke: ingest attached the NIC"
+	kill $pid 2>/dev/null
+	wait $pid
+fi
+pins_zero revoke
+
+# -- kill: kill -9 of the consumer while frames arrive
+if ingest_bg kill --nic-bufs 256 --duration 120; then
+	pdtest nicctl "RUN kill"
+	sleep 1
+	kill -9 $pid
+	wait $pid
+	pdtest nicctl "WAIT kill" "DONE kill 0"
+	res $? "kill: gen on the host finished"
+	# the NIC is free again: a new attachment receives
+	ingest_bg after-kill --nic-bufs 64 --duration 1
+	res $? "kill: the NIC attaches again after kill -9 of its owner"
+	wait $pid
+else
+	res 1 "kill: ingest attached the NIC"
+	kill $pid 2>/dev/null
+	wait $pid
+fi
+pins_zero "kill -9"
+
+# what the frames left in the GPU memory goes (the snapshots have it)
+pdtest gpuzero 8388608
+res $? "GPU memory zeroed for the tests that follow"
