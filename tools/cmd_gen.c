@@ -50,6 +50,11 @@ static void usage(FILE *f)
 		"                         to --to, from one socket and thread; --port is then the frame's\n"
 		"                         UDP destination port, --pcap gets the frames\n"
 		"      --to ADDR:PORT     where the frames go (QEMU's dgram socket); needs --eth\n"
+		"      --nic DEV          instead of --to: the frames are built in GPU memory registered\n"
+		"                         through libpeerdma and pinned by peerdma.ko, and the NIC\n"
+		"                         (drivers/e1000, e.g. /dev/peerdma_nic0) transmits them from there\n"
+		"      --kernel-device F  with --nic: peerdma.ko's device (default /dev/peerdma)\n"
+		"      --cuda-device N    with --nic: the GPU that holds the frames (default 0)\n"
 		"      --dst-mac MAC      frame destination (default 52:54:00:12:34:56, QEMU's NIC)\n"
 		"      --src-mac MAC      frame source (default 02:00:00:00:00:01)\n"
 		"      --dst-ip ADDR      IPv4 destination in the frames (default 10.0.2.15)\n"
@@ -70,6 +75,7 @@ struct gen_args {
 	bool eth, host_set, threads_set;
 	char eth_only[40];           /* the first --eth option given (for the error without --eth) */
 	char to_host[16];            /* --to: the dgram socket */
+	struct pdma_gen_nic nic;     /* --nic: transmit from GPU memory */
 	uint16_t to_port;
 	struct pdma_gen_eth e;       /* addresses, --malformed */
 };
@@ -106,6 +112,9 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 		{ "src-ip", required_argument, NULL, 'F' },
 		{ "src-port", required_argument, NULL, 'Q' },
 		{ "malformed", required_argument, NULL, 'X' },
+		{ "nic", required_argument, NULL, 'N' },
+		{ "kernel-device", required_argument, NULL, 'K' },
+		{ "cuda-device", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -187,12 +196,21 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 			break;
 		}
 		case 'X': bad = pdma_opt_u32(&o, 1, UINT32_MAX, &a->e.malformed_every); break;
+		case 'N': bad = pdma_opt_str(&o, &a->nic.dev); break;
+		case 'K': bad = pdma_opt_str(&o, &a->nic.kernel_device); break;
+		case 'G': {
+			uint32_t d;
+			bad = pdma_opt_u32(&o, 0, 1023, &d);
+			if (!bad)
+				a->nic.cuda_device = (int)d;
+			break;
+		}
 		case 'h': usage(stdout); return 1;
 		default: return 2; /* getopt_long said why, in one line */
 		}
 		if (bad)
 			return 2;
-		if (strchr("OMmDFQX", opt) && !a->eth_only[0])
+		if (strchr("OMmDFQXNKG", opt) && !a->eth_only[0])
 			snprintf(a->eth_only, sizeof(a->eth_only), "%s", o.name);
 	}
 	if (pdma_opt_end(&o, argc, argv))
@@ -200,15 +218,20 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 	if (a->eth_only[0] && !a->eth)
 		return pdma_opt_fail(&o, "%s needs --eth", a->eth_only);
 	if (a->eth) {
-		if (!a->to_port)
-			return pdma_opt_fail(&o, "--eth needs --to ADDR:PORT (QEMU's -netdev dgram socket)");
+		if (a->to_port && a->nic.dev)
+			return pdma_opt_fail(&o, "--to and --nic both name where frames go: one of them");
+		if ((a->nic.kernel_device || a->nic.cuda_device) && !a->nic.dev)
+			return pdma_opt_fail(&o, "--kernel-device and --cuda-device go with --nic");
+		if (!a->to_port && !a->nic.dev && !a->pcap_only)
+			return pdma_opt_fail(&o, "--eth needs --to ADDR:PORT (QEMU's -netdev dgram socket), "
+						 "--nic DEV, or --pcap-only");
+		if (a->pcap_only && (a->to_port || a->nic.dev))
+			return pdma_opt_fail(&o, "--pcap-only sends nothing: not with --to or --nic");
 		if (a->host_set)
 			return pdma_opt_fail(&o, "--host does not combine with --eth: --to names where frames go, "
 						 "--dst-ip the frames' IPv4 destination");
 		if (a->threads_set)
 			return pdma_opt_fail(&o, "--threads does not combine with --eth: one sender keeps the frames' order");
-		if (a->pcap_only)
-			return pdma_opt_fail(&o, "--pcap-only does not combine with --eth: --pcap writes the frames sent");
 		if ((uint64_t)c->packet_size + PDMA_ETH_HDRS > 65507)
 			return pdma_opt_fail(&o, "--packet-size %u with --eth: a frame passes the 65507 bytes one UDP "
 						 "datagram to --to carries", c->packet_size);
@@ -263,12 +286,15 @@ int pdma_cmd_gen(int argc, char **argv)
 			return 1;
 		}
 	}
+	char msg[256] = "";
 	if (a.eth) {
 		so.host = a.to_host;
-		so.port = a.to_port;
+		so.port = a.to_port; /* 0 with --pcap-only: nothing sent */
 		so.pcap = pf;
 		ret = pdma_gen_eth_init(&a.e);
-		if (!ret)
+		if (!ret && a.nic.dev)
+			ret = pdma_gen_send_nic(g, &so, &a.e, &a.nic, msg, sizeof(msg));
+		else if (!ret)
 			ret = pdma_gen_send_eth(g, &so, &a.e);
 	} else if (pcap_only) {
 		ret = pdma_gen_write_pcap(g, pf, so.host, so.port);
@@ -279,7 +305,7 @@ int pdma_cmd_gen(int argc, char **argv)
 	if (pf && fclose(pf) && !ret)
 		ret = -EIO;
 	if (ret) {
-		fprintf(stderr, "peerdma gen: %s\n", strerror(-ret));
+		fprintf(stderr, "peerdma gen: %s\n", msg[0] ? msg : strerror(-ret));
 		pdma_gen_eth_fini(&a.e);
 		pdma_gen_close(g);
 		return 1;

@@ -18,7 +18,8 @@
 int pdma_gen_send_eth(struct pdma_gen *g, const struct pdma_gen_send_opts *o, struct pdma_gen_eth *e)
 {
 	const struct pdma_gen_config *c = pdma_gen_get_config(g);
-	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(o->port ? o->port : 4991) };
+	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(o->port) };
+	bool net = o->port != 0; /* port 0: the pcap only */
 	/* A buffer per batch entry: the largest frame, good or malformed. */
 	uint32_t cap = c->packet_size + PDMA_ETH_HDRS;
 	cap = cap < PDMA_ETH_OVERSIZE_LEN ? PDMA_ETH_OVERSIZE_LEN : cap;
@@ -30,19 +31,21 @@ int pdma_gen_send_eth(struct pdma_gen *g, const struct pdma_gen_send_opts *o, st
 	uint32_t nb = 0, si;
 	int fd = -1, ret = 0, n;
 
-	if (inet_pton(AF_INET, o->host ? o->host : "127.0.0.1", &dst.sin_addr) != 1) {
+	if (net && inet_pton(AF_INET, o->host ? o->host : "127.0.0.1", &dst.sin_addr) != 1) {
 		free(bufs);
 		return -EINVAL;
 	}
 	if (!bufs)
 		return -ENOMEM;
-	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&dst, sizeof(dst)) < 0) {
-		ret = -errno;
-		goto out;
+	if (net) {
+		fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (fd < 0 || connect(fd, (struct sockaddr *)&dst, sizeof(dst)) < 0) {
+			ret = -errno;
+			goto out;
+		}
+		int sz = 4 << 20;
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
 	}
-	int sz = 4 << 20;
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
 	if (o->pcap)
 		pdma_gen_pcap_header(o->pcap);
 	memset(msg, 0, sizeof(msg));
@@ -64,7 +67,7 @@ int pdma_gen_send_eth(struct pdma_gen *g, const struct pdma_gen_send_opts *o, st
 			nb++;
 		}
 		if (nb && (n == 0 || nb == SEND_BATCH)) {
-			if ((ret = pdma_gen_flush(fd, msg, nb)))
+			if (net && (ret = pdma_gen_flush(fd, msg, nb)))
 				break;
 			sent += nb;
 			nb = 0;

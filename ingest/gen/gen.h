@@ -85,9 +85,22 @@ int pdma_gen_send(struct pdma_gen *g, const struct pdma_gen_send_opts *o);
  * malformed-frame schedule, its counts updated): each frame the payload of
  * one UDP datagram to host:port (QEMU's dgram netdev), one socket, in
  * pdma_gen_next's order, paced by rate_pps; pcap (optional) gets the frames
- * themselves. threads is ignored (one sender). */
+ * themselves; port 0: only the pcap, nothing sent. threads is ignored (one
+ * sender). */
 struct pdma_gen_eth;
 int pdma_gen_send_eth(struct pdma_gen *g, const struct pdma_gen_send_opts *o, struct pdma_gen_eth *e);
+/* The same frames transmitted by a NIC from GPU memory (gen/nic_send.c):
+ * dev the NIC (drivers/e1000/), kernel_device peerdma.ko's (NULL:
+ * /dev/peerdma), cuda_device the GPU that holds the frames; frames shorter
+ * than 60 bytes are padded with zeros, as a MAC pads them (pcap: as sent).
+ * host and port are not used. A negative errno with a line in msg. */
+struct pdma_gen_nic {
+	const char *dev;
+	const char *kernel_device;
+	int cuda_device;
+};
+int pdma_gen_send_nic(struct pdma_gen *g, const struct pdma_gen_send_opts *o, struct pdma_gen_eth *e,
+		      const struct pdma_gen_nic *nc, char *msg, size_t msglen);
 /* pcap only (no network). */
 int pdma_gen_write_pcap(struct pdma_gen *g, FILE *f, const char *host, uint16_t port);
 

@@ -66,7 +66,9 @@ static const struct optspec gen_opts[] = {
 	{ "to", 0, HOSTPORT, NULL },       { "dst-mac", 0, MAC, NULL },
 	{ "src-mac", 0, MAC, NULL },       { "dst-ip", 0, IPV4, NULL },
 	{ "src-ip", 0, IPV4, NULL },       { "src-port", 0, UINT, NULL },
-	{ "malformed", 0, UINT, NULL },    { NULL, 0, FLAG, NULL },
+	{ "malformed", 0, UINT, NULL },    { "nic", 0, STR, NULL },
+	{ "kernel-device", 0, STR, NULL }, { "cuda-device", 0, UINT, NULL },
+	{ NULL, 0, FLAG, NULL },
 };
 
 static const struct optspec ingest_opts[] = {
@@ -551,6 +553,15 @@ static void test_gen_eth_combos(void **state)
 		{ { "--eth", "--to", "127.0.0.1:5555", "-H", "127.0.0.1" }, 2, "--host" },
 		{ { "--eth", "--to", "127.0.0.1:5555", "-t", "2" }, 2, "--threads" },
 		{ { "--eth", "--to", "127.0.0.1:5555", "-w", "x", "--pcap-only" }, 2, "--pcap-only" },
+		{ { "--eth", "-w", "x.pcap", "--pcap-only" }, 0, NULL },
+		{ { "--eth", "--pcap-only" }, 2, "--pcap" },
+		{ { "--eth", "--nic", "/dev/peerdma_nic0" }, 0, NULL },
+		{ { "--eth", "--nic", "/dev/peerdma_nic0", "--kernel-device", "/dev/peerdma", "--cuda-device", "1" },
+		  0, NULL },
+		{ { "--eth", "--nic", "/dev/peerdma_nic0", "--to", "127.0.0.1:5555" }, 2, "--nic" },
+		{ { "--eth", "--nic", "/dev/peerdma_nic0", "-w", "x", "--pcap-only" }, 2, "--pcap-only" },
+		{ { "--eth", "--to", "127.0.0.1:5555", "--cuda-device", "1" }, 2, "--cuda-device" },
+		{ { "--nic", "/dev/peerdma_nic0" }, 2, "--nic" },
 		{ { "--eth", "--to", "127.0.0.1:5555", "-S", "65468" }, 2, "--packet-size" },
 		{ { "--eth", "--to", "127.0.0.1:5555", "--malformed", "0" }, 2, "--malformed" },
 	};

@@ -19,6 +19,9 @@ or "not ok - ..."), exit status 1 if any failed.
   revoke: ingest stopped because the memory was revoked; the frames that
           landed are exactly the ones the driver completed before the
           quiesce (no byte landed after it: the rest of the region is zero).
+  tx:     the frames `peerdma gen --eth --nic` in the guest built in GPU
+          memory and the NIC transmitted are, in order and byte for byte,
+          the frames the same gen command writes on the host (--pcap-only).
 """
 import argparse
 import json
@@ -115,14 +118,26 @@ def revoke(a, gen, ing):
     check(not any(reg[ring_end:]), "the region past the buffers is untouched")
 
 
+def tx(a):
+    want, got = pcap_frames(a.pcap), pcap_frames(a.capture)
+    bad = next((i for i in range(min(len(want), len(got))) if want[i] != got[i]), None)
+    check(len(got) == len(want) and bad is None and len(want) > 0,
+          f"TX from GPU memory: the host received {len(got)} frames, gen's {len(want)}, "
+          + ("every byte equal" if bad is None else f"frame {bad} differs"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["full", "revoke"])
-    ap.add_argument("--gen-json", required=True)
-    ap.add_argument("--ingest-json", required=True)
-    ap.add_argument("--gpumem", required=True)
+    ap.add_argument("mode", choices=["full", "revoke", "tx"])
+    ap.add_argument("--gen-json")
+    ap.add_argument("--ingest-json")
+    ap.add_argument("--gpumem")
     ap.add_argument("--pcap")
+    ap.add_argument("--capture")
     a = ap.parse_args()
+    if a.mode == "tx":
+        tx(a)
+        return 1 if fails else 0
     with open(a.gen_json) as f:
         gen = json.load(f)
     with open(a.ingest_json) as f:

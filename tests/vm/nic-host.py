@@ -36,6 +36,9 @@ while the guest NIC does not receive): STOP and TXCHECK answer the same again.
 Data frames (0x88B6 host->guest, 0x88B7 guest->host): frame_bytes() below,
 mirrored by nic.c's frame_byte().
 
+--capture FILE writes every IPv4 frame the guest transmits (gen --eth --nic in
+tests/vm/nic-system.sh) to a pcap, for tests/vm/nic-check.py tx.
+
 --on-ready 'CMD' / --on-start 'CMD' run CMD through the shell on the first
 READY / START ({guest_port} and {port} replaced), for a generator of one's own
 (`peerdma gen --eth --to 127.0.0.1:{guest_port} ...`: QEMU takes datagrams from
@@ -48,6 +51,7 @@ import argparse
 import os
 import select
 import shutil
+import struct
 import socket
 import subprocess
 import sys
@@ -87,6 +91,7 @@ def main():
                     help="a command RUN NAME starts ({guest_port}, {port} replaced)")
     ap.add_argument("--gpumem", help="the guest's GPU memory file (SNAPSHOT)")
     ap.add_argument("--snap-dir", default=".", help="where SNAPSHOT copies it")
+    ap.add_argument("--capture", help="write every IPv4 frame the guest transmits to this pcap")
     a = ap.parse_args()
 
     logf = open(a.log, "a", buffering=1) if a.log else sys.stderr
@@ -102,6 +107,11 @@ def main():
     stream = None  # [seed, size, interval_s, next_seq, next_time]
     tx = {}  # seed -> [ok, bad]
     stopped = 0
+    cap = None
+    if a.capture:  # pcap, link type Ethernet: what the guest NIC sent
+        cap = open(a.capture, "wb")
+        cap.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+        cap.flush()
     runs = dict(r.split("=", 1) for r in a.run)
     started = {}  # RUN NAME -> its process
     end = time.monotonic() + a.timeout
@@ -137,6 +147,11 @@ def main():
                 t[1] += 1
                 bad = next((i for i in range(len(data)) if data[i] != want[i]), -1)
                 log(f"TX frame seq {seq} len {len(data)}: byte {bad} differs")
+            continue
+        if et == 0x0800 and cap:
+            t = time.time()
+            cap.write(struct.pack("<IIII", int(t), int(t % 1 * 1e6), len(data), len(data)) + data)
+            cap.flush()
             continue
         if et != ET_CTL or not data[14:].startswith(b"PDNIC "):
             log(f"ignored frame: ethertype {et:#x}, {len(data)} bytes")

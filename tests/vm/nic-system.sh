@@ -13,7 +13,11 @@
 #
 # Runs: full (every stream's accounting, malformed frames, the bytes in GPU
 # memory), revoke (the GPU memory freed while the NIC receives), kill
-# (kill -9 of ingest while the NIC receives). After each: no pin left.
+# (kill -9 of ingest while the NIC receives), tx (VITA-49 frames built in
+# GPU memory, transmitted by the NIC: `peerdma gen --eth --nic`; the host
+# compares them with its own gen's). After each: no pin left.
+# usage: nic-system SEED (the generators' seed, the host's too)
+seed=${1:-1}
 export PEERDMA_LIBCUDA=/usr/lib/libcuda-gpusim.so
 mkdir -p /tmp
 res() { # STATUS TEXT
@@ -108,6 +112,15 @@ else
 	wait $pid
 fi
 pins_zero "kill -9"
+
+# -- tx: the NIC sends VITA-49 frames from GPU pages (tests/vm/run repeats
+# this gen command on the host with --pcap-only and compares)
+peerdma gen --eth --nic /dev/peerdma_nic0 --streams 2 --packets 200 --loss 10 --dup 10 --reorder 10 \
+	--seed "$seed" --json >/tmp/tx.json 2>/tmp/tx.err
+st=$?
+sed 's/^/  /' /tmp/tx.err
+res $st "tx: gen built VITA-49 frames in GPU memory and the NIC sent them (exit status $st)"
+pins_zero tx
 
 # what the frames left in the GPU memory goes (the snapshots have it)
 pdtest gpuzero 8388608
