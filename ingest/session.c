@@ -456,6 +456,7 @@ static json_t *nic_json(struct pdma_ingest *ing)
 	json_object_set_new(o, "pin", json_string(ni.pin_kind < 4 && kinds[ni.pin_kind] ?
 						  kinds[ni.pin_kind] : "?"));
 	json_object_set_new(o, "revoked", json_boolean(ni.revoked));
+	json_object_set_new(o, "revoke_event", json_boolean(ni.revoke_event));
 	json_object_set_new(o, "frames", pdma_frm_stats_json(&ing->dfr.frames));
 	if (pdma_rx_nic_stats(ing->rx[0].nic, &ns) == 0) {
 		json_object_set_new(drv, "rx_frames", json_integer((json_int_t)ns.rx_frames));

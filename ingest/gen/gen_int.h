@@ -53,4 +53,20 @@ int pdma_gen_pcap_frame(FILE *f, const uint8_t *hdr, uint32_t hlen, const uint8_
 int pdma_gen_pcap_record(FILE *f, const uint8_t *pkt, uint32_t len, uint32_t src, uint32_t dst,
 			 uint16_t sport, uint16_t dport, uint64_t t_us);
 
+/* eth_send.c: gen --eth's senders share one loop. Frames per batch; the
+ * slot (a frame's room in a batch buffer) for the largest frame, a multiple
+ * of align (a power of two). */
+#define PDMA_GEN_ETH_BATCH 64u
+struct pdma_gen_eth;
+uint32_t pdma_gen_eth_slot(const struct pdma_gen *g, uint32_t align);
+/* A batch's sink: n frames, frame i at buf + i * slot, len[i] bytes. */
+typedef int (*pdma_gen_eth_flush_fn)(void *arg, uint8_t *buf, uint32_t slot, const uint32_t *len,
+				     uint32_t n);
+/* Every frame of e in order into buf's PDMA_GEN_ETH_BATCH slots, padded with
+ * zeros to min_len, recorded in o->pcap, flushed a batch at a time (flush
+ * NULL: nothing sent), paced by o->rate_pps, until the end or *o->stop. */
+int pdma_gen_eth_batches(struct pdma_gen *g, const struct pdma_gen_send_opts *o, struct pdma_gen_eth *e,
+			 uint8_t *buf, uint32_t slot, uint32_t min_len, pdma_gen_eth_flush_fn flush,
+			 void *arg);
+
 #endif /* PDMA_INGEST_GEN_GEN_INT_H */

@@ -26,6 +26,7 @@ struct pdma_rx_nic {
 	uint8_t *stage;       /* host copy at the region's offsets (stage) */
 	struct pdma_nic_stats base; /* the NIC's counters when we attached */
 	bool revoked;
+	bool revoke_event;    /* PDMA_MR_REVOKED came on the EQ */
 };
 
 static int nic_counters(int fd, struct pdma_nic_stats *s)
@@ -143,8 +144,10 @@ static void await_revoke_event(struct pdma_rx_nic *n)
 	if (!n->eq)
 		return;
 	for (int tries = 0; tries < 50; tries++)
-		if (pdma_eq_read(n->eq, &e, 100) == 0 && e.event == PDMA_MR_REVOKED && e.mr == n->m.mr)
+		if (pdma_eq_read(n->eq, &e, 100) == 0 && e.event == PDMA_MR_REVOKED && e.mr == n->m.mr) {
+			n->revoke_event = true;
 			return;
+		}
 }
 
 int pdma_rx_nic_run(struct pdma_rx_nic *n, const atomic_bool *stop, pdma_rx_nic_fn fn, void *arg,
@@ -253,6 +256,7 @@ void pdma_rx_nic_info(const struct pdma_rx_nic *n, struct pdma_rx_nic_info *i)
 	i->nbufs = n->nbufs;
 	i->pin_kind = n->m.dma.kind;
 	i->revoked = n->revoked;
+	i->revoke_event = n->revoke_event;
 }
 
 void pdma_rx_nic_close(struct pdma_rx_nic *n)

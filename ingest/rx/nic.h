@@ -82,6 +82,7 @@ struct pdma_rx_nic_info {
 	uint32_t buf_size, nbufs;
 	uint32_t pin_kind; /* PEERDMA_KIND_* */
 	bool revoked;
+	bool revoke_event; /* libpeerdma's PDMA_MR_REVOKED arrived on the EQ */
 };
 void pdma_rx_nic_info(const struct pdma_rx_nic *n, struct pdma_rx_nic_info *i);
 /* Detach, close the MR, free the region. */

@@ -105,7 +105,8 @@ def full(a, gen, ing):
 
 def revoke(a, gen, ing):
     nic = ing["nic"]
-    check(nic["revoked"], "ingest reports the receive memory revoked")
+    check(nic["revoked"] and nic["revoke_event"],
+          "ingest reports the receive memory revoked, and libpeerdma's PDMA_MR_REVOKED reached it")
     check(nic["driver"]["quiesces"] >= 1, f"the driver's quiesce ran ({nic['driver']['quiesces']})")
     reg = region(a.gpumem, nic)
     held = [b for b in buffers(reg, nic) if any(b)]

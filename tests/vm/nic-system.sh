@@ -48,8 +48,10 @@ ingest_bg() {
 	return 1
 }
 json_out() {
+	# on one line: the run's log filter shows indented lines as diagnostics
 	echo "PDNIC-JSON-BEGIN $1"
-	cat /tmp/$1.json
+	tr -d '\n' </tmp/$1.json
+	echo
 	echo "PDNIC-JSON-END $1"
 }
 # after a run: gen done on the host, the GPU memory copied there
