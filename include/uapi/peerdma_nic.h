@@ -40,9 +40,11 @@
  * in any state.
  *
  * Transmit: TX sends frames from a pinned range (any handle of the calling
- * process), each frame one descriptor, and waits until the NIC reports them
- * sent (or timeout_ms passes: ETIMEDOUT, the frames then stay queued until
- * sent or until a quiesce).
+ * process), each frame one descriptor (two where it crosses pages that are
+ * not contiguous in I/O space), and waits until the NIC reports them sent.
+ * The range is mapped for the NIC for that call only: if timeout_ms passes
+ * (ETIMEDOUT), the call fails or a quiesce comes, the transmitter is stopped
+ * and what was still queued is dropped; done says how many went.
  *
  * Errors: ENOTTY unknown ioctl; EINVAL bad size/flags/pad, buf_size not one
  * the NIC supports, offset/len outside the pin or not buf_size aligned, too
@@ -82,7 +84,8 @@ struct pdma_nic_rx_attach {
 	__u64 handle;		/* peerdma handle */
 	__u64 offset;		/* from the pinned range's start */
 	__u64 len;		/* bytes to use: ring (RING_IN_MEM) + buffers */
-	__u32 ring_entries;	/* in: 0 = one per buffer up to rx_ring_max */
+	__u32 ring_entries;	/* in: 0 = one per buffer up to rx_ring_max (960 with
+				 * RING_IN_MEM); out: descriptors used */
 	__u32 nbufs;		/* out: receive buffers */
 	__u64 bufs_offset;	/* out: offset of buffer 0 from the pinned start */
 	__u64 ring_offset;	/* out (RING_IN_MEM): offset of the descriptor ring */
