@@ -65,7 +65,7 @@ struct pdma_nic_info {
 	__u32 flags;		/* 0 */
 	__u8 mac[6];		/* out */
 	__u16 link_up;		/* out: 1 when the link is up */
-	__u32 rx_ring_max;	/* out: descriptors the receive ring may have */
+	__u32 rx_ring_max;	/* out: receive descriptors (960 in pinned memory) */
 	__u32 tx_ring;		/* out: transmit descriptors */
 	__u32 buf_sizes;	/* out: bit n set: 1 << n bytes is a valid buf_size */
 	__u32 pad;
@@ -84,8 +84,7 @@ struct pdma_nic_rx_attach {
 	__u64 handle;		/* peerdma handle */
 	__u64 offset;		/* from the pinned range's start */
 	__u64 len;		/* bytes to use: ring (RING_IN_MEM) + buffers */
-	__u32 ring_entries;	/* in: 0 = one per buffer up to rx_ring_max (960 with
-				 * RING_IN_MEM); out: descriptors used */
+	__u32 ring_entries;	/* in: 0 = one per buffer (out: descriptors used) */
 	__u32 nbufs;		/* out: receive buffers */
 	__u64 bufs_offset;	/* out: offset of buffer 0 from the pinned start */
 	__u64 ring_offset;	/* out (RING_IN_MEM): offset of the descriptor ring */
