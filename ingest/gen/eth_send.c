@@ -31,7 +31,7 @@ int pdma_gen_eth_batches(struct pdma_gen *g, const struct pdma_gen_send_opts *o,
 {
 	uint32_t len[PDMA_GEN_ETH_BATCH], nb = 0, si;
 	uint64_t sent = 0;
-	int ret = 0, n;
+	int ret, n;
 
 	if (o->pcap)
 		pdma_gen_pcap_header(o->pcap);
@@ -48,12 +48,14 @@ int pdma_gen_eth_batches(struct pdma_gen *g, const struct pdma_gen_send_opts *o,
 				memset(b + n, 0, min_len - (uint32_t)n);
 				n = (int)min_len;
 			}
-			if (o->pcap && (ret = pdma_gen_pcap_frame(o->pcap, b, (uint32_t)n, b + n, 0, sent + nb)))
+			ret = o->pcap ? pdma_gen_pcap_frame(o->pcap, b, (uint32_t)n, b + n, 0, sent + nb) : 0;
+			if (ret)
 				return ret;
 			len[nb++] = (uint32_t)n;
 		}
 		if (nb && (n == 0 || nb == PDMA_GEN_ETH_BATCH)) {
-			if (flush && (ret = flush(arg, buf, slot, len, nb)))
+			ret = flush ? flush(arg, buf, slot, len, nb) : 0;
+			if (ret)
 				return ret;
 			sent += nb;
 			nb = 0;

@@ -12,9 +12,9 @@
 
 int pdma_nic_fail(char *msg, size_t msglen, int err, const char *fmt, ...)
 {
-	va_list ap;
-
 	if (msg && msglen) {
+		va_list ap;
+
 		va_start(ap, fmt);
 		vsnprintf(msg, msglen, fmt, ap);
 		va_end(ap);
