@@ -143,14 +143,7 @@ struct pdma_dfr_pkt {
 	uint64_t cls;         /* pdma_dfr_class() */
 };
 
-#ifndef PDMA_DFR_FN /* frame.h, included first, defines it the same */
-#if defined(__CUDACC__)
-#define PDMA_DFR_FN static __host__ __device__ __forceinline__
-#else
-#define PDMA_DFR_FN static inline
-#endif
-#endif
-
+/* frame.h also defines PDMA_DFR_FN (host and device inline), for what follows */
 #include "frame.h"
 
 /* A data packet's class identity, never 0 (0 marks a stream whose class is

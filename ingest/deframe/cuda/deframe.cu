@@ -99,6 +99,44 @@ static int tp_reserve(struct pdma_gpu_dfr *g, int si, uint32_t n)
 	return 0;
 }
 
+/* The copy pass's windows per packet for payloads up to lmax, narrowed by
+ * the longest payload seen so far when known (+1 for a misaligned
+ * destination); *hintk: the bound the header pass reports news above (a
+ * hint above the geometry's bound is not news to report again). */
+static uint32_t copy_stride(struct pdma_gpu_dfr *g, uint32_t lmax, uint32_t *hintk)
+{
+	const uint32_t hint = *(volatile uint32_t *)g->hint_h;
+	if (hint && hint < lmax)
+		lmax = hint;
+	*hintk = hint ? lmax : 0;
+	return (lmax + 15) / 16 + 1;
+}
+
+/* The copy pass over n packets of the work list wl, datagrams in slots of
+ * slot_size bytes from src (0: frame rings, each descriptor names its own
+ * offset). Programmatic dependent launch: the copy grid's launch overlaps
+ * the header pass's tail (it waits for its completion on the device). */
+static int launch_copy(struct pdma_gpu_dfr *g, cudaStream_t s, const uint8_t *src, uint32_t slot_size,
+		       uint32_t n, uint32_t stride, const uint4 *wl)
+{
+	const uint64_t thr = (uint64_t)n * stride;
+	cudaLaunchConfig_t cfg;
+	cudaLaunchAttribute at[1];
+	memset(&cfg, 0, sizeof(cfg));
+	memset(at, 0, sizeof(at));
+	cfg.gridDim = dim3((uint32_t)((thr + 256ull * DFR_COPY_U - 1) / (256ull * DFR_COPY_U)));
+	cfg.blockDim = dim3(256);
+	cfg.stream = s;
+	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	at[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.attrs = at;
+	cfg.numAttrs = 1;
+	uint8_t *out = g->t.out;
+	void *args[] = { &src, &slot_size, &n, &stride, &out, &wl };
+	CK(g, cudaLaunchKernelExC(&cfg, (const void *)dfr_copy_pass, args));
+	return 0;
+}
+
 /* v11: header pass, then copy pass, on stream s (its own work list per
  * stream); parts as dfr_launch. Returns 1 (nothing launched) for a batch
  * whose copy grid would pass 2^32 threads. */
@@ -109,14 +147,9 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	/* Windows per packet: the longest payload a slot can hold and the
 	 * configuration accepts, narrowed by the longest payload seen so far
 	 * when known; +1 for a misaligned destination. */
-	uint32_t lmax = std::min(g->c.max_payload, slot_size > PDMA_SLOT_HDR + 4 ? slot_size - PDMA_SLOT_HDR - 4 : 0u);
-	const uint32_t hint = *(volatile uint32_t *)g->hint_h;
-	if (hint && hint < lmax)
-		lmax = hint;
-	uint32_t stride = (lmax + 15) / 16 + 1;
-	/* As the header pass sees it: no packet can pass lmax, so a hint above
-	 * the geometry's bound is not news to report again. */
-	uint32_t hintk = hint ? lmax : 0;
+	uint32_t hintk;
+	uint32_t stride = copy_stride(g, std::min(g->c.max_payload, slot_size > PDMA_SLOT_HDR + 4 ?
+							     slot_size - PDMA_SLOT_HDR - 4 : 0u), &hintk);
 	const uint64_t thr = (uint64_t)n * stride;
 	if (thr >= (1ull << 32) - 8192)
 		return 1;
@@ -132,24 +165,7 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	}
 	if (!(parts & DFR_PASS_COPY))
 		return 0;
-	/* Programmatic dependent launch: the copy grid's launch overlaps the
-	 * header pass's tail (it waits for its completion on the device). */
-	cudaLaunchConfig_t cfg;
-	cudaLaunchAttribute at[1];
-	memset(&cfg, 0, sizeof(cfg));
-	memset(at, 0, sizeof(at));
-	cfg.gridDim = dim3((uint32_t)((thr + 256ull * DFR_COPY_U - 1) / (256ull * DFR_COPY_U)));
-	cfg.blockDim = dim3(256);
-	cfg.stream = s;
-	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	at[0].val.programmaticStreamSerializationAllowed = 1;
-	cfg.attrs = at;
-	cfg.numAttrs = 1;
-	const uint4 *wlc = wl;
-	uint8_t *out = g->t.out;
-	void *args[] = { &sl, &slot_size, &n, &stride, &out, &wlc };
-	CK(g, cudaLaunchKernelExC(&cfg, (const void *)dfr_copy_pass, args));
-	return 0;
+	return launch_copy(g, s, sl, slot_size, n, stride, wl);
 }
 
 int dfr_launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
@@ -656,12 +672,8 @@ static int frames_launch(struct pdma_gpu_dfr *g, const struct pdma_frm_cfg *fc, 
 {
 	cudaStream_t s = g->s[0];
 	const uint32_t maxf = fc->max_len ? fc->max_len : PDMA_FRM_MAX_LEN;
-	uint32_t lmax = std::min(g->c.max_payload, maxf);
-	const uint32_t hint = *(volatile uint32_t *)g->hint_h;
-	if (hint && hint < lmax)
-		lmax = hint;
-	uint32_t stride = (lmax + 15) / 16 + 1;
-	uint32_t hintk = hint ? lmax : 0;
+	uint32_t hintk;
+	uint32_t stride = copy_stride(g, std::min(g->c.max_payload, maxf), &hintk);
 	const uint32_t per = (uint32_t)std::min<uint64_t>(n, ((1ull << 32) - 8192) / stride);
 	int ret = tp_reserve(g, 0, per);
 	if (ret)
@@ -674,23 +686,10 @@ static int frames_launch(struct pdma_gpu_dfr *g, const struct pdma_frm_cfg *fc, 
 		struct pdma_dfr_desc *dp = d_desc ? d_desc + first : NULL;
 		void *ha[] = { &g->c, &g->t, &f, &base, &fp, &cnt, &dp, &wl, &stride, &hintk, &g->d_pmax, &g->hint_d };
 		CK(g, cudaLaunchKernel((const void *)dfr_frm_hdr_pass, dim3((cnt + 255) / 256), dim3(256), ha, 0, s));
-		cudaLaunchConfig_t cfg;
-		cudaLaunchAttribute at[1];
-		memset(&cfg, 0, sizeof(cfg));
-		memset(at, 0, sizeof(at));
-		const uint64_t thr = (uint64_t)cnt * stride;
-		cfg.gridDim = dim3((uint32_t)((thr + 256ull * DFR_COPY_U - 1) / (256ull * DFR_COPY_U)));
-		cfg.blockDim = dim3(256);
-		cfg.stream = s;
-		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-		at[0].val.programmaticStreamSerializationAllowed = 1;
-		cfg.attrs = at;
-		cfg.numAttrs = 1;
-		const uint4 *wlc = wl;
-		uint8_t *out = g->t.out;
-		uint32_t zero = 0;
-		void *args[] = { &base, &zero, &cnt, &stride, &out, &wlc };
-		CK(g, cudaLaunchKernelExC(&cfg, (const void *)dfr_copy_pass, args));
+		/* frame rings: slot size 0, each descriptor names its frame's offset */
+		ret = launch_copy(g, s, base, 0, cnt, stride, wl);
+		if (ret)
+			return ret;
 	}
 	return 0;
 }
