@@ -128,7 +128,18 @@ struct pdma_block {
 	int device;               /* CUDA device ordinal (mem != PDMA_BLOCK_HOST) */
 	void *cuda_event;         /* GPU paths: a CUevent; the samples are valid once it
 				   * completes (pdma_block_dlpack makes a stream wait on it) */
+	/* The stream's latest context packet before publication (VITA-49 CIF0
+	 * fields), where one came: ctx_fields has PDMA_CTX_* bits of the
+	 * fields it carried. */
+	uint32_t ctx_fields;
+	double ctx_sample_rate;   /* Hz */
+	double ctx_rf_freq;       /* RF reference frequency, Hz */
+	double ctx_bandwidth;     /* Hz */
 };
+
+#define PDMA_CTX_SAMPLE_RATE (1u << 0)
+#define PDMA_CTX_RF_FREQ     (1u << 1)
+#define PDMA_CTX_BANDWIDTH   (1u << 2)
 
 /* A block's callback (pdma_sub_attr.cb): the block is the callback's to
  * release, then or later. */
