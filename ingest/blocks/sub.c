@@ -159,12 +159,15 @@ uint32_t pdma_blocks_deliver(struct pdma_blocks *bl, struct pdma_blk *b)
 		n++;
 		pthread_cond_signal(&sub->avail);
 	}
-	if (!n) {
-		/* nobody took it: back to the pool */
-		atomic_store(&b->refs, 1);
-		blk_put(bl, b);
-	}
+	if (!n)
+		pdma_blocks_put_buf(bl, b); /* nobody took it */
 	return n;
+}
+
+void pdma_blocks_put_buf(struct pdma_blocks *bl, struct pdma_blk *b)
+{
+	atomic_store(&b->refs, 1);
+	blk_put(bl, b);
 }
 
 void pdma_blocks_end_subs(struct pdma_blocks *bl)
