@@ -109,6 +109,8 @@ struct pdma_gpu_ops {
 	int (*blk_fence)(struct pdma_gpu_dfr *g, void **event);
 	int (*blk_stream_wait)(struct pdma_gpu_dfr *g, intptr_t stream, void *event);
 	void (*blk_event_destroy)(struct pdma_gpu_dfr *g, void *event);
+	/* n bytes of device memory to host memory, after event (any thread) */
+	int (*blk_read)(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n, void *event);
 };
 
 typedef int (*pdma_vrt_cuda_api_fn)(struct pdma_gpu_ops *ops, uint32_t version);
