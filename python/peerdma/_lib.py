@@ -49,6 +49,7 @@ class IngestAttr(ctypes.Structure):
         ("cuda_device", _int),
         ("nic_dev", ctypes.c_char_p),
         ("kernel_device", ctypes.c_char_p),
+        ("flush_idle_ms", _u32),
     ]
 
 

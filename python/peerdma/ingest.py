@@ -61,11 +61,12 @@ class Session:
     """
 
     _ATTRS = ("threads", "sample_rate", "max_streams", "max_payload", "block_packets",
-              "window_blocks", "late_blocks", "cuda_device")
+              "window_blocks", "late_blocks", "cuda_device", "flush_idle_ms")
 
     def __init__(self, *, path="cpu", bind_addr=None, port=0, threads=None, sample_rate=None,
                  max_streams=None, max_payload=None, block_packets=None, window_blocks=None,
-                 late_blocks=None, cuda_device=None, nic_dev=None, kernel_device=None):
+                 late_blocks=None, cuda_device=None, nic_dev=None, kernel_device=None,
+                 flush_idle_ms=None):
         self._ing = None
         self._subs = []
         self._blocks = weakref.WeakSet()
@@ -82,7 +83,8 @@ class Session:
         a.port = port
         kw = dict(threads=threads, sample_rate=sample_rate, max_streams=max_streams,
                   max_payload=max_payload, block_packets=block_packets,
-                  window_blocks=window_blocks, late_blocks=late_blocks, cuda_device=cuda_device)
+                  window_blocks=window_blocks, late_blocks=late_blocks, cuda_device=cuda_device,
+                  flush_idle_ms=flush_idle_ms)
         for name in self._ATTRS:
             v = kw[name]
             if v is None:
@@ -392,7 +394,7 @@ class Block:
             if c.mem == _lib.BLOCK_HOST:
                 if stream not in (None, -1):
                     raise _bad("__dlpack__", "stream %r for a host block: None" % (stream,))
-                s = 0
+                s = -1  # pdma_block_dlpack: no stream
             else:
                 if stream is None:
                     s = 1  # the array API's default for CUDA: the legacy default stream
