@@ -13,12 +13,16 @@ it through DLPack holds its own (pdma_block_dlpack takes it, the consumer's
 deleter drops it). The samples stay valid and unchanged until the Block is
 released (release(), `with`, or garbage collection) and every such array is
 gone. A Block keeps its Session open (Python reference). Session.close()
-releases the Blocks it handed out that are still alive; arrays that view
-blocks must not outlive the Session.
+releases the Blocks it handed out that are still alive; where arrays still
+view blocks, the C session is stopped but its closing deferred until they
+are gone (pdma_ingest_close frees the block buffers, which the arrays read
+and whose reference counts their deleters drop), checked at each Session
+open and close and at exit (_reap).
 
 Threads: as the C API documents per call. Subscription.next() waits without
 the GIL (other Python threads run), in slices so that Ctrl-C is seen.
 """
+import atexit
 import collections
 import ctypes
 import errno
@@ -46,6 +50,39 @@ SubStats = collections.namedtuple("SubStats", [f for f, _ in _lib.SubStats._fiel
 
 _SLICE_MS = 200  # next(): longest wait without the GIL coming back (signals)
 
+# C sessions closed in Python while arrays still viewed their blocks:
+# [(ingest handle, [its closed subscriptions' handles])], closed by _reap()
+# once no subscription holds a block. (A closed subscription's counters stay
+# readable until pdma_ingest_close frees it: ingest/blocks/sub.c.)
+_deferred = []
+_deferred_lock = threading.Lock()
+
+
+def _held(L, sub):
+    p = _lib.padded(_lib.SubStats)
+    L.pdma_sub_stats(sub, ctypes.byref(p.s))
+    return p.s.held
+
+
+
+
+def _reap():
+    """Close the deferred C sessions whose blocks are all released. Returns
+    how many are still waiting."""
+    if not _deferred:
+        return 0
+    L = lib()
+    with _deferred_lock:
+        for ent in list(_deferred):
+            ing, subs = ent
+            if not any(_held(L, sub) for sub in subs):
+                _deferred.remove(ent)
+                L.pdma_ingest_close(ing)
+        return len(_deferred)
+
+
+atexit.register(_reap)
+
 
 def _bad(what, msg):
     return InvalidArgument(errno.EINVAL, "%s: %s" % (what, msg))
@@ -72,6 +109,7 @@ class Session:
         self._blocks = weakref.WeakSet()
         self._started = self._stopped = False
         L = lib()
+        _reap()
         if path not in PATHS:
             raise _bad("Session", "path %r: one of %s" % (path, ", ".join(PATHS)))
         p = _lib.padded(_lib.IngestAttr)
@@ -189,20 +227,28 @@ class Session:
 
     def close(self):
         """Stop, release the Blocks still alive, close the subscriptions and
-        the session. Idempotent."""
+        the session; where arrays still view blocks, the C session's close
+        waits for them (see the module's docstring). Idempotent."""
         if self._ing is None:
             return
         try:
             if self._started and not self._stopped:
                 self.stop()
         finally:
+            L = lib()
             for b in list(self._blocks):
                 b.release()
             for s in self._subs:
                 s.close()
+            subs = [s._sub for s in self._subs]
             self._subs = []
-            lib().pdma_ingest_close(self._ing)
-            self._ing = None
+            ing, self._ing = self._ing, None
+            if any(_held(L, sub) for sub in subs):
+                with _deferred_lock:
+                    _deferred.append((ing, subs))
+            else:
+                L.pdma_ingest_close(ing)
+            _reap()
 
     def __enter__(self):
         return self
@@ -229,12 +275,13 @@ class Subscription:
 
     def __init__(self, session, handle, stream_id, policy):
         self._session = session
-        self._sub = handle
+        self._sub = handle  # kept after close: the session counts its held blocks
+        self._closed = False
         self.stream_id = stream_id
         self.policy = policy
 
     def _live(self):
-        if self._sub is None:
+        if self._closed:
             raise Closed(errno.EBADF, "subscription closed")
         return self._sub
 
@@ -283,9 +330,9 @@ class Subscription:
     def close(self):
         """Close the subscription (blocks still held stay valid). No other
         thread may be in next() on it. Idempotent."""
-        if self._sub is not None:
+        if not self._closed:
+            self._closed = True
             lib().pdma_sub_close(self._sub)
-            self._sub = None
 
     def __enter__(self):
         return self

@@ -5,8 +5,10 @@ build/libpeerdma_ingest.so of this checkout), `peerdma gen` from
 $PEERDMA_TOOL (or build/peerdma).
 
 GPU tests (marker gpu) are skipped with "skipped: no CUDA device" when
-neither CuPy nor PyTorch sees one; a run in which every test was skipped for
-that reason exits 77, which ctest reports as skipped (the C GPU tests' way).
+neither CuPy nor PyTorch sees one (or "skipped: the library has no GPU-path
+blocks" where pdma_ingest_open says EOPNOTSUPP); a run in which every test
+was skipped for these reasons exits 77, which ctest reports as skipped (the
+C GPU tests' way).
 """
 import os
 import sys
@@ -25,7 +27,8 @@ for var, name in (("PEERDMA_LIBRARY", "libpeerdma_ingest.so"), ("PEERDMA_TOOL", 
             os.environ[var] = cand
 
 NO_CUDA = "skipped: no CUDA device"
-_skipped_no_cuda = [0]
+NO_GPU_PATH = "skipped: the library has no GPU-path blocks"
+_skip_reasons = set()
 
 
 def cuda_libraries():
@@ -62,8 +65,9 @@ def library():
 
 
 def pytest_runtest_logreport(report):
-    if report.skipped and NO_CUDA in str(report.longrepr):
-        _skipped_no_cuda[0] += 1
+    for reason in (NO_CUDA, NO_GPU_PATH):
+        if report.skipped and reason in str(report.longrepr):
+            _skip_reasons.add(reason)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -72,6 +76,8 @@ def pytest_sessionfinish(session, exitstatus):
         return
     passed = len(tr.stats.get("passed", []))
     failed = len(tr.stats.get("failed", [])) + len(tr.stats.get("error", []))
-    if _skipped_no_cuda[0] and not passed and not failed:
-        print("\n" + NO_CUDA)
+    if _skip_reasons and not passed and not failed:
+        print("")
+        for reason in sorted(_skip_reasons):
+            print(reason)
         session.exitstatus = 77

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import peerdma
-from conftest import NO_CUDA, cuda_libraries
+from conftest import NO_CUDA, NO_GPU_PATH, cuda_libraries
 from genref import GEN_SAMPLE_RATE, GenRun, gen_iq, samples_per_packet
 
 pytestmark = pytest.mark.gpu
@@ -39,6 +39,10 @@ def fed(tool, tmp_path, path, packets=256, loss=20):
                             block_packets=16)
     except peerdma.NoDevice as e:
         pytest.fail("%s path on a machine with a GPU: %s" % (path, e))
+    except peerdma.PeerdmaError as e:
+        if e.errno == errno.EOPNOTSUPP:
+            pytest.skip("%s: %s" % (NO_GPU_PATH, e))
+        raise
     sub = s.subscribe(depth=64)
     s.start()
     gen = GenRun(tool, s.port, str(tmp_path / "gen.pcap"), streams=1, packets=packets, loss=loss,

@@ -128,10 +128,12 @@ def test_every_sample_and_every_gap(tool, tmp_path):
     assert st.gap_packets == chk.gaps
     # gen's context packet (sample rate, bandwidth) reaches the blocks.
     assert all(r == GEN_SAMPLE_RATE and bw == GEN_SAMPLE_RATE * 0.8 for _, _, r, bw in chk.blocks)
-    # Each stream's blocks in order.
+    # Each stream's blocks in order (a block published early, after
+    # flush_idle_ms without packets, shares its seq with the one that
+    # carries the rest of its positions).
     for sid in (GEN_STREAM_BASE, GEN_STREAM_BASE + 1):
         seqs = [q for i, q, _, _ in chk.blocks if i == sid]
-        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+        assert seqs == sorted(seqs)
 
 
 @pytest.mark.xfail(reason="pdma_ingest_stats leaves streams 0 (reported in NEEDS.txt)", strict=False)
@@ -210,6 +212,40 @@ def test_block_released_after_last_view(tool, tmp_path):
         with sub.next(timeout=5) as b:
             assert sub.stats().held == 1
         assert sub.stats().held == 0 and b.released
+
+
+def test_array_outlives_its_session(tool, tmp_path):
+    """An array may outlive the Session (and its Block): the samples stay
+    readable, and the C session is closed once the array is gone."""
+    from peerdma import ingest
+    assert ingest._reap() == 0
+    s, sub = fed_session(tool, tmp_path)
+    b = sub.next(timeout=5)
+    a = np.from_dlpack(b)
+    sub.close()                  # closing the subscription first changes nothing
+    want = gen_iq(b.stream_id, b.first_sample, b.nsamples)
+    s.close()
+    assert b.released and s.closed
+    assert ingest._reap() == 1, "the C session was closed under a live array"
+    np.testing.assert_array_equal(a, want)
+    del a
+    assert ingest._reap() == 0
+
+
+def test_torch_cpu_zero_copy(tool, tmp_path):
+    """PyTorch (where installed) views a host block in place too."""
+    torch = pytest.importorskip("torch")
+    s, sub = fed_session(tool, tmp_path)
+    with s:
+        b = sub.next(timeout=5)
+        t = torch.from_dlpack(b)
+        assert t.device.type == "cpu" and t.data_ptr() == b.data
+        assert t.dtype == torch.int16 and tuple(t.shape) == (b.nsamples, 2)
+        np.testing.assert_array_equal(t.numpy(), gen_iq(b.stream_id, b.first_sample, b.nsamples))
+        b.release()
+        assert sub.stats().held == 1
+        del t
+        assert sub.stats().held == 0
 
 
 def test_unconsumed_capsule(tool, tmp_path):
