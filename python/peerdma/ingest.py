@@ -116,7 +116,7 @@ class Session:
         a = p.s
         L.pdma_ingest_attr_init(ctypes.byref(a))
         a.path = PATHS[path]
-        if not 0 <= port <= 65535:
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise _bad("Session", "port %r: 0 (ephemeral) to 65535" % (port,))
         a.port = port
         kw = dict(threads=threads, sample_rate=sample_rate, max_streams=max_streams,
@@ -271,17 +271,25 @@ class Session:
 class Subscription:
     """Blocks of one stream (or all), in publication order. Iterating waits
     for each block and ends when the session has stopped and the queue is
-    drained. Not made directly: Session.subscribe()."""
+    drained. Not made directly: Session.subscribe().
+
+    next() may run on several threads at once (each gets distinct blocks).
+    close() (or the Session's) from another thread is safe too: it waits
+    for the next() calls in progress, which give up within _SLICE_MS, and
+    only then closes the C subscription, as pdma_sub_close requires."""
 
     def __init__(self, session, handle, stream_id, policy):
         self._session = session
         self._sub = handle  # kept after close: the session counts its held blocks
         self._closed = False
+        self._closing = False
+        self._inflight = 0
+        self._cond = threading.Condition()
         self.stream_id = stream_id
         self.policy = policy
 
     def _live(self):
-        if self._closed:
+        if self._closing:
             raise Closed(errno.EBADF, "subscription closed")
         return self._sub
 
@@ -289,27 +297,31 @@ class Subscription:
         """The next Block, waiting up to timeout seconds (None: as long as it
         takes; 0: poll). Raises Timeout (TimeoutError, ETIMEDOUT) when none
         came, Ended (BrokenPipeError, EPIPE) once the session stopped and
-        the queue is drained."""
+        the queue is drained, Closed (EBADF) once closed."""
         L = lib()
-        sub = self._live()
         if timeout is not None and (timeout != timeout or timeout < 0):
             raise _bad("next", "timeout %r: seconds >= 0, or None" % (timeout,))
-        bp = ctypes.POINTER(_lib.Block)()
-        if timeout is None:
+        with self._cond:
+            sub = self._live()
+            self._inflight += 1
+        try:
+            bp = ctypes.POINTER(_lib.Block)()
+            left = None if timeout is None else int(timeout * 1000 + 0.999)
             while True:
-                ret = L.pdma_sub_next(sub, ctypes.byref(bp), _SLICE_MS)
-                if ret != -errno.ETIMEDOUT:
-                    break
-        else:
-            left = int(timeout * 1000 + 0.999)
-            while True:
-                ms = min(left, _SLICE_MS)
+                ms = _SLICE_MS if left is None else min(left, _SLICE_MS)
                 ret = L.pdma_sub_next(sub, ctypes.byref(bp), ms)
-                left -= ms
-                if ret != -errno.ETIMEDOUT or left <= 0:
+                if left is not None:
+                    left -= ms
+                if ret != -errno.ETIMEDOUT or (left is not None and left <= 0):
                     break
-        check(ret, "pdma_sub_next")
-        b = Block(self._session, bp)
+                if self._closing:
+                    raise Closed(errno.EBADF, "subscription closed while waiting")
+            check(ret, "pdma_sub_next")
+            b = Block(self._session, bp)
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                self._cond.notify_all()
         self._session._blocks.add(b)
         return b
 
@@ -323,16 +335,28 @@ class Subscription:
             raise StopIteration from None
 
     def stats(self):
-        p = _lib.padded(_lib.SubStats)
-        lib().pdma_sub_stats(self._live(), ctypes.byref(p.s))
+        with self._cond:
+            sub = self._live()
+            p = _lib.padded(_lib.SubStats)
+            lib().pdma_sub_stats(sub, ctypes.byref(p.s))
         return SubStats(*(getattr(p.s, f) for f in SubStats._fields))
 
     def close(self):
-        """Close the subscription (blocks still held stay valid). No other
-        thread may be in next() on it. Idempotent."""
-        if not self._closed:
+        """Close the subscription: next() calls in progress end (with a
+        block, Ended or Closed), later ones raise Closed; blocks still held
+        stay valid. Idempotent."""
+        with self._cond:
+            if self._closing:
+                while not self._closed:
+                    self._cond.wait()
+                return
+            self._closing = True
+            while self._inflight:
+                self._cond.wait()
+        lib().pdma_sub_close(self._sub)
+        with self._cond:
             self._closed = True
-            lib().pdma_sub_close(self._sub)
+            self._cond.notify_all()
 
     def __enter__(self):
         return self

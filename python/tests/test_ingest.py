@@ -316,6 +316,36 @@ def test_iterator_ends_with_stop(tool, tmp_path):
         assert e.value.errno == errno.EPIPE and isinstance(e.value, BrokenPipeError)
 
 
+def test_close_while_another_thread_waits():
+    """Closing a subscription (or the session) while another thread waits
+    in next(): the waiter ends (Closed, or the iterator's end) and the C
+    subscription is closed only after it left pdma_sub_next."""
+    with session() as s:
+        sub1, sub2 = s.subscribe(), s.subscribe()
+        s.start()
+        out = {}
+
+        def wait1():
+            try:
+                sub1.next()
+            except peerdma.Closed as e:
+                out["sub1"] = e.errno
+
+        def wait2():
+            out["sub2"] = list(sub2)
+
+        ts = [threading.Thread(target=wait1, daemon=True), threading.Thread(target=wait2, daemon=True)]
+        for t in ts:
+            t.start()
+        time.sleep(0.3)
+        sub1.close()
+        ts[0].join(5)
+        assert not ts[0].is_alive() and out["sub1"] == errno.EBADF
+        s.close()
+        ts[1].join(5)
+        assert not ts[1].is_alive() and out["sub2"] == []
+
+
 def test_errors_carry_errno(tool, tmp_path):
     def raises(cls, err, f):
         with pytest.raises(cls) as e:
