@@ -166,7 +166,7 @@ class _Capsule:
     def __init__(self, cap, dev):
         self.cap, self.dev = cap, dev
 
-    def __dlpack__(self, stream=None):
+    def __dlpack__(self, stream=None, **kw):  # numpy 2 adds max_version, ...
         return self.cap
 
     def __dlpack_device__(self):
