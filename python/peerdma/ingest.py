@@ -32,7 +32,7 @@ import weakref
 from . import _dlpack
 from . import _lib
 from ._lib import lib
-from .errors import Closed, Ended, InvalidArgument, NoDevice, Timeout, check, error
+from .errors import Closed, Ended, InvalidArgument, NoDevice, check, error
 
 PATHS = {
     "cpu": _lib.PATH_CPU,
@@ -88,7 +88,29 @@ def _bad(what, msg):
     return InvalidArgument(errno.EINVAL, "%s: %s" % (what, msg))
 
 
-class Session:
+class _Scoped:
+    """A context manager that ends the object (_end: close or release) at
+    the end of its with-block and when it is collected."""
+
+    __slots__ = ()
+
+    def _end(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._end()
+
+    def __del__(self):
+        try:
+            self._end()
+        except Exception:  # pragma: no cover - interpreter teardown, half-built objects
+            pass
+
+
+class Session(_Scoped):
     """An ingest session (pdma_ingest_open): receives on one UDP port (or a
     NIC), deframes, and publishes blocks to its subscriptions.
 
@@ -250,25 +272,13 @@ class Session:
                 L.pdma_ingest_close(ing)
             _reap()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # pragma: no cover - interpreter teardown
-            pass
-
     def __repr__(self):
         if self._ing is None:
             return "<peerdma.Session closed>"
         return "<peerdma.Session %s port %u>" % (self.path, self.port)
 
 
-class Subscription:
+class Subscription(_Scoped):
     """Blocks of one stream (or all), in publication order. Iterating waits
     for each block and ends when the session has stopped and the queue is
     drained. Not made directly: Session.subscribe().
@@ -358,14 +368,9 @@ class Subscription:
             self._closed = True
             self._cond.notify_all()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
-class Block:
+class Block(_Scoped):
     """A block of one stream's samples, in place (host or GPU memory), until
     released. Exports DLPack: numpy.from_dlpack(block), cupy.from_dlpack,
     torch.from_dlpack see int16 [nsamples, 2] (I, Q) without a copy."""
@@ -441,6 +446,9 @@ class Block:
     def released(self):
         return self._b is None
 
+    def _end(self):
+        self.release()
+
     def __dlpack_device__(self):
         c = self._c()
         t = _DL_DEVICE.get(c.mem)
@@ -508,18 +516,6 @@ class Block:
                 _dlpack.retire(k)
         finally:
             lib().pdma_block_release(b)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:  # pragma: no cover - interpreter teardown
-            pass
 
     def __repr__(self):
         if self._b is None:

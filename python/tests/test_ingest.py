@@ -6,7 +6,6 @@ on errors, and a stalled consumer under drop-oldest and backpressure."""
 import ctypes
 import errno
 import gc
-import os
 import threading
 import time
 
