@@ -143,6 +143,7 @@ _PROTOTYPES = {
     "pdma_sub_next": (_int, [_P, ctypes.POINTER(ctypes.POINTER(Block)), _int]),
     "pdma_sub_stats": (None, [_P, ctypes.POINTER(SubStats)]),
     "pdma_sub_close": (None, [_P]),
+    "pdma_block_read": (_int, [ctypes.POINTER(Block), _u32, _u32, ctypes.c_void_p]),
     "pdma_block_retain": (None, [ctypes.POINTER(Block)]),
     "pdma_block_release": (None, [ctypes.POINTER(Block)]),
     "pdma_block_dlpack": (_int, [ctypes.POINTER(Block), ctypes.c_ssize_t, ctypes.POINTER(_P)]),

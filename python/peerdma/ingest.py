@@ -13,16 +13,12 @@ it through DLPack holds its own (pdma_block_dlpack takes it, the consumer's
 deleter drops it). The samples stay valid and unchanged until the Block is
 released (release(), `with`, or garbage collection) and every such array is
 gone. A Block keeps its Session open (Python reference). Session.close()
-releases the Blocks it handed out that are still alive; where arrays still
-view blocks, the C session is stopped but its closing deferred until they
-are gone (pdma_ingest_close frees the block buffers, which the arrays read
-and whose reference counts their deleters drop), checked at each Session
-open and close and at exit (_reap).
+releases the Blocks it handed out that are still alive; arrays may outlive
+it (the library keeps a closed session's pools until the last release).
 
 Threads: as the C API documents per call. Subscription.next() waits without
 the GIL (other Python threads run), in slices so that Ctrl-C is seen.
 """
-import atexit
 import collections
 import ctypes
 import errno
@@ -49,39 +45,6 @@ IngestStats = collections.namedtuple("IngestStats", [f for f, _ in _lib.IngestSt
 SubStats = collections.namedtuple("SubStats", [f for f, _ in _lib.SubStats._fields_])
 
 _SLICE_MS = 200  # next(): longest wait without the GIL coming back (signals)
-
-# C sessions closed in Python while arrays still viewed their blocks:
-# [(ingest handle, [its closed subscriptions' handles])], closed by _reap()
-# once no subscription holds a block. (A closed subscription's counters stay
-# readable until pdma_ingest_close frees it: ingest/blocks/sub.c.)
-_deferred = []
-_deferred_lock = threading.Lock()
-
-
-def _held(L, sub):
-    p = _lib.padded(_lib.SubStats)
-    L.pdma_sub_stats(sub, ctypes.byref(p.s))
-    return p.s.held
-
-
-
-
-def _reap():
-    """Close the deferred C sessions whose blocks are all released. Returns
-    how many are still waiting."""
-    if not _deferred:
-        return 0
-    L = lib()
-    with _deferred_lock:
-        for ent in list(_deferred):
-            ing, subs = ent
-            if not any(_held(L, sub) for sub in subs):
-                _deferred.remove(ent)
-                L.pdma_ingest_close(ing)
-        return len(_deferred)
-
-
-atexit.register(_reap)
 
 
 def _bad(what, msg):
@@ -131,7 +94,6 @@ class Session(_Scoped):
         self._blocks = weakref.WeakSet()
         self._started = self._stopped = False
         L = lib()
-        _reap()
         if path not in PATHS:
             raise _bad("Session", "path %r: one of %s" % (path, ", ".join(PATHS)))
         p = _lib.padded(_lib.IngestAttr)
@@ -249,28 +211,20 @@ class Session(_Scoped):
 
     def close(self):
         """Stop, release the Blocks still alive, close the subscriptions and
-        the session; where arrays still view blocks, the C session's close
-        waits for them (see the module's docstring). Idempotent."""
+        the session (arrays that view its blocks stay valid). Idempotent."""
         if self._ing is None:
             return
         try:
             if self._started and not self._stopped:
                 self.stop()
         finally:
-            L = lib()
             for b in list(self._blocks):
                 b.release()
             for s in self._subs:
                 s.close()
-            subs = [s._sub for s in self._subs]
             self._subs = []
             ing, self._ing = self._ing, None
-            if any(_held(L, sub) for sub in subs):
-                with _deferred_lock:
-                    _deferred.append((ing, subs))
-            else:
-                L.pdma_ingest_close(ing)
-            _reap()
+            lib().pdma_ingest_close(ing)
 
     def __repr__(self):
         if self._ing is None:
@@ -290,7 +244,7 @@ class Subscription(_Scoped):
 
     def __init__(self, session, handle, stream_id, policy):
         self._session = session
-        self._sub = handle  # kept after close: the session counts its held blocks
+        self._sub = handle
         self._closed = False
         self._closing = False
         self._inflight = 0
@@ -495,9 +449,32 @@ class Block(_Scoped):
 
     def numpy(self):
         """numpy.from_dlpack(self): int16 [nsamples, 2], no copy (host
-        blocks)."""
+        blocks; a GPU block: copy())."""
         import numpy
         return numpy.from_dlpack(self)
+
+    def read(self, first_packet=0, npackets=None):
+        """A host copy (bytes: int16 I, Q in host order) of npackets packets
+        from first_packet (default: to the block's end), taken after the
+        block's CUDA event where it has one (pdma_block_read): GPU blocks
+        for a program without CuPy or PyTorch."""
+        with self._lock:
+            c = self._c()
+            if npackets is None and isinstance(first_packet, int):
+                npackets = c.npackets - first_packet
+            for name, v in (("first_packet", first_packet), ("npackets", npackets)):
+                if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 0xffffffff:
+                    raise _bad("read", "%s %r: a packet count within the block" % (name, v))
+            n = npackets * c.samples_per_packet * c.bytes_per_sample
+            buf = ctypes.create_string_buffer(max(n, 1))
+            check(lib().pdma_block_read(self._b, first_packet, npackets, buf), "pdma_block_read")
+            return buf.raw[:n]
+
+    def copy(self):
+        """A numpy copy of the samples, int16 [nsamples, 2], in host memory
+        whatever the block's (read())."""
+        import numpy
+        return numpy.frombuffer(self.read(), dtype=numpy.int16).reshape(-1, 2).copy()
 
     def release(self):
         """Drop this Block's reference (arrays made from it keep theirs).

@@ -190,6 +190,20 @@ def test_released_after_last_tensor(cuda, tool, tmp_path, path):
         assert sub.stats().held == 0, "not released after its last tensor"
 
 
+@pytest.mark.parametrize("path", GPU_PATHS)
+def test_read_a_device_block(cuda, tool, tmp_path, path):
+    """copy() (pdma_block_read) brings a GPU block to host memory without
+    CuPy or PyTorch, after its event."""
+    s, sub, gen = fed(tool, tmp_path, path, packets=64)
+    with s:
+        n = 0
+        for b in sub:
+            assert b.mem == "cuda"
+            np.testing.assert_array_equal(b.copy(), expected(b))
+            n += 1
+        assert n > 0
+
+
 def test_numpy_refuses_a_device_block(cuda, tool, tmp_path):
     """numpy cannot take a CUDA block: its error reaches the caller (not a
     SystemError), and the refused capsule does not keep the block."""
