@@ -235,7 +235,7 @@ void pdma_blocks_observe(void *arg, const struct pdma_dfr_desc *d, uint32_t payl
 
 		if (payload_len)
 			s->plen = payload_len;
-		else if (dg && pdma_vrt_parse(dg, dglen, PDMA_VRT_EXACT, &v) == 0)
+		else if (dg && pdma_vrt_parse(dg, dglen, PDMA_VRT_EXACT, &v) >= 0)
 			s->plen = v.payload_len;
 		s->spp = s->plen / bl->cfg.bytes_per_sample;
 	}
