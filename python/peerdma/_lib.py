@@ -116,6 +116,7 @@ class SubStats(ctypes.Structure):
         ("waits", _u64),
         ("queued", _u32),
         ("held", _u32),
+        ("overrun_packets", _u64),
     ]
 
 
