@@ -35,8 +35,8 @@ static void *send_main(void *arg)
 	return NULL;
 }
 
-/* A subscriber's block against the generator: every sample in host order,
- * zeros at gaps (struct pdma_loopback_stream's block_* counts). */
+/* A subscriber's block against the generator (struct pdma_loopback_stream's
+ * block_* counts); GPU blocks read to host memory first. */
 static void check_block(struct pdma_block *b, const struct pdma_gen_config *gc,
 			struct pdma_loopback_result *res, uint8_t **buf, size_t *cap)
 {
@@ -64,19 +64,31 @@ static void check_block(struct pdma_block *b, const struct pdma_gen_config *gc,
 		}
 		iq = (const int16_t *)*buf;
 	}
+	uint32_t gaps;
+
+	ls->block_errors += pdma_loopback_check_block(b, iq, &gaps);
+	ls->block_gaps += gaps;
+	ls->block_packets += b->npackets;
+}
+
+uint32_t pdma_loopback_check_block(const struct pdma_block *b, const int16_t *iq, uint32_t *gaps)
+{
+	uint32_t bad = 0;
+
+	*gaps = 0;
 	for (uint32_t p = 0; p < b->npackets; p++) {
 		bool gap = (b->gap_mask[p / 64] >> (p % 64)) & 1;
 		for (uint32_t k = 0; k < b->samples_per_packet; k++) {
 			uint64_t n = (uint64_t)p * b->samples_per_packet + k;
 			uint32_t w = gap ? 0 : pdma_gen_sample(b->stream_id, b->first_sample + n);
 			if (iq[2 * n] != (int16_t)(w >> 16) || iq[2 * n + 1] != (int16_t)(w & 0xffff)) {
-				ls->block_errors++;
+				bad++;
 				break;
 			}
 		}
-		ls->block_gaps += gap;
+		*gaps += gap;
 	}
-	ls->block_packets += b->npackets;
+	return bad;
 }
 
 /* Check every filled output position of a stream against the generator's

@@ -51,4 +51,10 @@ int pdma_loopback_run(const struct pdma_gen_config *g, const struct pdma_ingest_
 int pdma_loopback_once(const struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
 		       double rate_pps, struct pdma_loopback_result *res);
 
+/* A block (its samples at iq, in host memory) against the generator: every
+ * sample of a packet that came equals pdma_gen_sample's word in host order
+ * (I the high half, Q the low), a gap packet is zeros. Returns the packets
+ * that differ; *gaps the block's gap packets. */
+uint32_t pdma_loopback_check_block(const struct pdma_block *b, const int16_t *iq, uint32_t *gaps);
+
 #endif /* PDMA_INGEST_LOOPBACK_LOOPBACK_H */

@@ -21,6 +21,7 @@
 #include <dlpack/dlpack.h>
 
 #include "gen/gen.h"
+#include "loopback/loopback.h"
 #include "peerdma/ingest.h"
 
 struct send_job {
@@ -115,28 +116,17 @@ static struct pdma_ingest *open_session(uint32_t block_packets)
 	return ing;
 }
 
-/* The samples of block b against gen's; returns the gap packets. */
+/* The samples of block b against gen's (loopback.h); returns the gap
+ * packets. */
 static uint32_t check_block(const struct pdma_block *b)
 {
-	const int16_t *iq = b->data;
-	uint32_t gaps = 0;
+	uint32_t gaps;
 
 	assert_int_equal(b->format, PDMA_FMT_CI16);
 	assert_int_equal(b->mem, PDMA_BLOCK_HOST);
 	assert_int_equal(b->nsamples, (uint64_t)b->npackets * b->samples_per_packet);
 	assert_int_equal(b->ts_int * 10000000ull + b->ts_frac, b->first_sample);
-	for (uint32_t i = 0; i < b->npackets; i++) {
-		int gap = (b->gap_mask[i / 64] >> (i % 64)) & 1;
-		gaps += gap;
-		for (uint32_t k = 0; k < b->samples_per_packet; k++) {
-			uint64_t n = (uint64_t)i * b->samples_per_packet + k;
-			uint32_t w = gap ? 0 : pdma_gen_sample(b->stream_id, b->first_sample + n);
-			if (iq[2 * n] != (int16_t)(w >> 16) || iq[2 * n + 1] != (int16_t)(w & 0xffff))
-				fail_msg("stream %#x sample %llu: %d,%d want %d,%d", b->stream_id,
-					 (unsigned long long)(b->first_sample + n), iq[2 * n], iq[2 * n + 1],
-					 (int16_t)(w >> 16), (int16_t)(w & 0xffff));
-		}
-	}
+	assert_int_equal(pdma_loopback_check_block(b, b->data, &gaps), 0);
 	assert_int_equal(gaps, b->gaps);
 	return gaps;
 }
