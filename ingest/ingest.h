@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "deframe/deframe_cpu.h"
+#include "peerdma/ingest.h"
 #include "deframe/gpu_batch.h"
 #include "rx/nic.h"
 
@@ -81,20 +82,22 @@ struct pdma_ingest_totals {
 	double rx_cpu_s;          /* receive threads' CPU time, summed (after stop; 0 before) */
 };
 
-struct pdma_ingest;
+/* The session object is the public one (include/peerdma/ingest.h: start,
+ * stop, close, port, ended, subscriptions); what follows is the inside
+ * view: a session from a full configuration, its totals, deframer and JSON. */
 void pdma_ingest_config_default(struct pdma_ingest_config *c);
-int pdma_ingest_open(const struct pdma_ingest_config *c, struct pdma_ingest **ing);
-/* The same, with a line saying what failed in msg (msglen bytes). */
-int pdma_ingest_open_msg(const struct pdma_ingest_config *c, struct pdma_ingest **ing, char *msg,
-			 size_t msglen);
-uint16_t pdma_ingest_port(const struct pdma_ingest *ing);
-int pdma_ingest_start(struct pdma_ingest *ing);
-/* Every receive thread has ended by itself (an error, or on the nic path a
- * revocation): stop to learn why. */
-bool pdma_ingest_ended(struct pdma_ingest *ing);
-/* Drains what the sockets still hold, then stops all threads. */
-int pdma_ingest_stop(struct pdma_ingest *ing);
-void pdma_ingest_close(struct pdma_ingest *ing);
+/* A session from a full configuration; msg (msglen bytes, may be NULL) gets a
+ * line saying what failed. No blocks until pdma_ingest_enable_blocks. */
+int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_ingest **ing, char *msg,
+			    size_t msglen);
+/* Blocks for subscribers (blocks/blocks.h): block_packets packets each,
+ * published late_blocks blocks behind each stream's newest packet, or
+ * flush_idle_ms after the last datagram (0: never), pool buffers per stream. Before start; the cpu path and the nic path's CPU
+ * deframer (-EOPNOTSUPP for the GPU's). */
+int pdma_ingest_enable_blocks(struct pdma_ingest *ing, uint32_t block_packets, uint32_t late_blocks,
+			      uint32_t pool, uint32_t flush_idle_ms);
+/* Objects the session closes with itself (the public open's domain and EQ). */
+void pdma_ingest_own(struct pdma_ingest *ing, struct pdma_domain *dom, struct pdma_eq *eq);
 /* Live progress lines (rates, loss, ring fill) every second, from the
  * deframer thread; NULL (default) for none. Set before start. */
 void pdma_ingest_set_progress(struct pdma_ingest *ing, FILE *f);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blocks/blocks.h"
 #include "deframe/gpu_batch.h"
 #include "ingest.h"
 #include "peerdma/mr.h"
@@ -53,6 +54,10 @@ struct pdma_ingest {
 	bool dfr_thread;            /* the deframer thread runs (not on the nic path) */
 	double last_progress;       /* nic path: when the receive thread printed */
 	uint64_t last_pk, last_by;
+	struct pdma_blocks *blocks; /* subscribers' blocks (pdma_ingest_enable_blocks) */
+	double flush_idle;          /* seconds without datagrams before open blocks go out */
+	struct pdma_domain *own_dom; /* closed with the session (pdma_ingest_own) */
+	struct pdma_eq *own_eq;
 };
 
 static double now_s(void)
@@ -100,13 +105,8 @@ static int nic_open(struct pdma_ingest *ing, char *msg, size_t msglen)
 	return pdma_rx_nic_open(&ing->rx[0].nic, &nc, c->domain, c->eq, msg, msglen);
 }
 
-int pdma_ingest_open(const struct pdma_ingest_config *c, struct pdma_ingest **out)
-{
-	return pdma_ingest_open_msg(c, out, NULL, 0);
-}
-
-int pdma_ingest_open_msg(const struct pdma_ingest_config *c, struct pdma_ingest **out, char *msg,
-			 size_t msglen)
+int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_ingest **out, char *msg,
+			    size_t msglen)
 {
 	struct pdma_ingest *ing;
 	char dummy[1];
@@ -216,6 +216,8 @@ static int nic_frames(void *arg, uint64_t dev_base, const uint8_t *host_base,
 					    &ing->dfr.acct, &ing->dfr.frames);
 	else
 		pdma_dfr_process_frames(&ing->dfr, &ing->frm, host_base, f, n);
+	if (ing->blocks)
+		pdma_blocks_publish(ing->blocks);
 	if (ing->progress) {
 		double t = now_s();
 		if (t - ing->last_progress >= 1.0)
@@ -272,8 +274,9 @@ static void progress_line(struct pdma_ingest *ing, double t, uint64_t *last_pk, 
 static void *dfr_main(void *arg)
 {
 	struct pdma_ingest *ing = arg;
-	double last_t = now_s();
+	double last_t = now_s(), last_work = last_t;
 	uint64_t last_pk = 0, last_by = 0;
+	bool flushed = true;
 
 	for (;;) {
 		bool idle = true;
@@ -297,11 +300,22 @@ static void *dfr_main(void *arg)
 			/* Hand the slots back only after they are fully consumed. */
 			atomic_store_explicit(&r->tail, tail + n, memory_order_release);
 			idle = false;
+			if (ing->blocks)
+				pdma_blocks_publish(ing->blocks);
 		}
 		if (ing->progress) {
 			double t = now_s();
 			if (t - last_t >= 1.0)
 				progress_line(ing, t, &last_pk, &last_by, &last_t);
+		}
+		if (!idle) {
+			last_work = now_s();
+			flushed = false;
+		} else if (ing->blocks && ing->flush_idle > 0 && !flushed &&
+			   now_s() - last_work >= ing->flush_idle) {
+			/* quiet: what has come goes to the consumers now */
+			pdma_blocks_publish_open(ing->blocks);
+			flushed = true;
 		}
 		if (idle) {
 			if (live == 0)
@@ -334,6 +348,8 @@ int pdma_ingest_start(struct pdma_ingest *ing)
 		}
 	}
 	ing->last_progress = ing->t_start;
+	if (ing->blocks)
+		pdma_blocks_start(ing->blocks);
 	int e = ing->dfr_thread ? pthread_create(&ing->dfr_th, NULL, dfr_main, ing) : 0;
 	if (e) {
 		atomic_store(&ing->stop, true);
@@ -356,6 +372,10 @@ int pdma_ingest_stop(struct pdma_ingest *ing)
 	if (!ing->started)
 		return -EINVAL;
 	atomic_store(&ing->stop, true);
+	/* A deframer waiting on a backpressure subscriber must not hold
+	 * the stop up: from here, publication never waits. */
+	if (ing->blocks)
+		pdma_blocks_stop(ing->blocks);
 	for (uint32_t i = 0; i < ing->nrx; i++) {
 		pthread_join(ing->rx[i].th, NULL);
 		if (ing->rx[i].err && !err)
@@ -366,6 +386,10 @@ int pdma_ingest_stop(struct pdma_ingest *ing)
 	else if (ing->progress)
 		fputc('\n', ing->progress);
 	ing->started = false;
+	/* The deframer is done: the last blocks (to each stream's newest
+	 * packet) go out, then the subscriptions end. */
+	if (ing->blocks)
+		pdma_blocks_flush(ing->blocks);
 	if (ing->gpu) {
 		/* The deframed output lives on the GPU: bring the tables back so
 		 * callers read one layout whatever the path. */
@@ -395,8 +419,13 @@ void pdma_ingest_close(struct pdma_ingest *ing)
 		pdma_ring_fini(&t->ring);
 		pdma_rx_sim_dma_close(t->dma); /* after the ring's registration of its memory */
 	}
+	pdma_blocks_close(ing->blocks);
 	pdma_gpu_batch_close(ing->gpu);
 	pdma_dfr_fini(&ing->dfr);
+	if (ing->own_eq)
+		pdma_eq_close(ing->own_eq);
+	if (ing->own_dom)
+		pdma_domain_close(ing->own_dom);
 	free(ing->rx);
 	free(ing);
 }
@@ -509,4 +538,53 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 		json_object_set_new(o, "nic", nic_json(ing));
 	json_object_set_new(o, "streams", pdma_acct_streams_json(&ing->dfr.acct));
 	return o;
+}
+
+int pdma_ingest_enable_blocks(struct pdma_ingest *ing, uint32_t block_packets, uint32_t late_blocks,
+			      uint32_t pool, uint32_t flush_idle_ms)
+{
+	int ret;
+
+	if (ing->started || ing->blocks)
+		return -EBUSY;
+	if (ing->gpu)
+		return -EOPNOTSUPP; /* the window is in device memory */
+	ret = pdma_blocks_open(&ing->blocks, &ing->dfr.cfg, block_packets, late_blocks, pool,
+			       ing->dfr.t.out, NULL);
+	if (ret)
+		return ret;
+	ing->flush_idle = flush_idle_ms * 1e-3;
+	ing->dfr.acct.observe = pdma_blocks_observe;
+	ing->dfr.acct.observe_arg = ing->blocks;
+	return 0;
+}
+
+void pdma_ingest_own(struct pdma_ingest *ing, struct pdma_domain *dom, struct pdma_eq *eq)
+{
+	ing->own_dom = dom;
+	ing->own_eq = eq;
+}
+
+int pdma_ingest_subscribe(struct pdma_ingest *ing, const struct pdma_sub_attr *a,
+			  struct pdma_sub **sub)
+{
+	if (!ing)
+		return -EINVAL;
+	if (!ing->blocks)
+		return -EOPNOTSUPP;
+	return pdma_blocks_subscribe(ing->blocks, a, sub);
+}
+
+void pdma_ingest_stats(struct pdma_ingest *ing, struct pdma_ingest_stats *s)
+{
+	struct pdma_ingest_totals t;
+
+	memset(s, 0, sizeof(*s));
+	pdma_ingest_totals(ing, &t);
+	s->datagrams = t.datagrams;
+	s->bytes = t.bytes;
+	s->ring_overruns = t.ring_overruns;
+	s->socket_drops = t.socket_drops;
+	if (ing->blocks)
+		pdma_blocks_stats(ing->blocks, s);
 }

@@ -293,7 +293,7 @@ int pdma_cmd_ingest(int argc, char **argv)
 
 	struct pdma_ingest *ing;
 	char msg[256] = "";
-	ret = pdma_ingest_open_msg(&c, &ing, msg, sizeof(msg));
+	ret = pdma_ingest_open_config(&c, &ing, msg, sizeof(msg));
 	if (ret) {
 		if (c.path == PDMA_RX_NIC)
 			fprintf(stderr, "peerdma ingest: --path nic: %s\n", msg[0] ? msg : strerror(-ret));

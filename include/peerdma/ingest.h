@@ -8,14 +8,16 @@
  *  - A session (struct pdma_ingest) receives on one UDP port (or one NIC),
  *    deframes every stream into a per-stream output window in host memory (cpu
  *    path) or GPU memory (host-staged and zero-copy paths), and cuts each
- *    stream into blocks of block_packets packets.
+ *    stream into blocks of block_packets packets (aligned to multiples of
+ *    block_packets in the packet index; a stream's first block starts at its
+ *    first packet, and a block published early ends at the newest packet).
  *  - A subscription (struct pdma_sub) names the streams it wants (all, or one
  *    stream ID) and how the producer treats it when it falls behind (policy).
  *  - A block (struct pdma_block) is a view of block_packets consecutive
  *    packet positions of one stream, in place in the output window: no copy.
  *    It is published once the stream has moved block_packets * late_blocks
- *    packets past its end (room for reordered packets), or when the session
- *    stops. Packets that never came are gaps: their samples read as zero and
+ *    packets past its end (room for reordered packets), when nothing has
+ *    arrived for flush_idle_ms, or when the session stops. Packets that never came are gaps: their samples read as zero and
  *    their bits are set in the block's gap mask. A packet that arrives after
  *    its block was published is not written into it (counted: late).
  *  - The consumer holds a block until pdma_block_release(); nothing writes the
@@ -98,7 +100,7 @@ struct pdma_ingest_attr {
 	const char *bind_addr;    /* IPv4 address (default 127.0.0.1) */
 	uint16_t port;            /* 0: ephemeral (pdma_ingest_port) */
 	uint32_t threads;         /* receive threads (default 1) */
-	uint64_t sample_rate;     /* samples per second (default 1e6; the timestamps' unit) */
+	uint64_t sample_rate;     /* samples per second (default 1e7, as peerdma gen; the timestamps' unit) */
 	uint32_t max_streams;     /* default 16 */
 	uint32_t max_payload;     /* payload bytes per packet, at most (default 8192) */
 	uint32_t block_packets;   /* packets per block (default 64) */
@@ -108,6 +110,9 @@ struct pdma_ingest_attr {
 	int cuda_device;          /* GPU paths: the device ordinal (default 0) */
 	const char *nic_dev;      /* nic path: /dev/peerdma_nicN (default /dev/peerdma_nic0) */
 	const char *kernel_device;/* nic path: /dev/peerdma (default) */
+	uint32_t flush_idle_ms;   /* socket paths: publish every stream's open blocks
+				   * (ending at its newest packet) once nothing has
+				   * arrived for this long (default 100; 0: only at stop) */
 };
 
 struct pdma_block {

@@ -44,7 +44,7 @@ static void bit_clear(uint64_t *bits, uint64_t p)
 	bits[b >> 6] &= ~(1ull << (b & 63));
 }
 
-void pdma_acct_add(struct pdma_acct *a, const struct pdma_dfr_desc *d, uint32_t payload_len)
+static void account(struct pdma_acct *a, const struct pdma_dfr_desc *d, uint32_t payload_len)
 {
 	struct pdma_acct_stream *s;
 
@@ -129,6 +129,19 @@ void pdma_acct_add(struct pdma_acct *a, const struct pdma_dfr_desc *d, uint32_t 
 	s->s.reordered++;
 	s->s.received++;
 	s->s.bytes += payload_len;
+}
+
+void pdma_acct_add_dg(struct pdma_acct *a, const struct pdma_dfr_desc *d, uint32_t payload_len,
+		      const uint8_t *dg, uint32_t dglen)
+{
+	account(a, d, payload_len);
+	if (a->observe)
+		a->observe(a->observe_arg, d, payload_len, dg, dglen);
+}
+
+void pdma_acct_add(struct pdma_acct *a, const struct pdma_dfr_desc *d, uint32_t payload_len)
+{
+	pdma_acct_add_dg(a, d, payload_len, NULL, 0);
 }
 
 bool pdma_acct_stream(const struct pdma_acct *a, uint32_t idx, struct pdma_stream_stats *out)

@@ -51,12 +51,21 @@ struct pdma_acct {
 	uint64_t malformed_unattributed;
 	uint64_t malformed_by_code[PDMA_DFR_E__MAX];
 	uint64_t packets;     /* all datagrams seen */
+	/* Optional: shown every descriptor after it is accounted, with its
+	 * datagram where that is in host memory (else NULL): the sample
+	 * blocks of include/peerdma/ingest.h (blocks/blocks.h). */
+	void (*observe)(void *arg, const struct pdma_dfr_desc *d, uint32_t payload_len,
+			const uint8_t *dg, uint32_t dglen);
+	void *observe_arg;
 };
 
 int pdma_acct_init(struct pdma_acct *a, uint32_t max_streams);
 void pdma_acct_fini(struct pdma_acct *a);
 /* Account one descriptor (arrival order). payload_len for byte totals. */
 void pdma_acct_add(struct pdma_acct *a, const struct pdma_dfr_desc *d, uint32_t payload_len);
+/* The same, with the descriptor's datagram (dglen bytes) for the observer. */
+void pdma_acct_add_dg(struct pdma_acct *a, const struct pdma_dfr_desc *d, uint32_t payload_len,
+		      const uint8_t *dg, uint32_t dglen);
 /* Final per-stream numbers (lost is computed here). idx < max_streams. */
 bool pdma_acct_stream(const struct pdma_acct *a, uint32_t idx, struct pdma_stream_stats *out);
 

@@ -126,11 +126,14 @@ void pdma_dfr_process(struct pdma_dfr *d, const struct pdma_ring *r, uint64_t fi
 {
 	for (uint32_t i = 0; i < n; i++) {
 		struct pdma_dfr_desc desc;
-		uint32_t len = pdma_dfr_cpu_slot(&d->cfg, &d->t, pdma_ring_slot(r, first + i),
-						  r->slot_size, &desc);
+		const uint8_t *slot = pdma_ring_slot(r, first + i);
+		uint32_t len = pdma_dfr_cpu_slot(&d->cfg, &d->t, slot, r->slot_size, &desc);
+		const struct pdma_slot_hdr *h = (const struct pdma_slot_hdr *)slot;
+
 		if (desc.status == PDMA_DFR_ST_DATA)
 			d->placed++;
-		pdma_acct_add(&d->acct, &desc, len);
+		pdma_acct_add_dg(&d->acct, &desc, len, slot + PDMA_SLOT_HDR,
+				 h->len <= r->slot_size - PDMA_SLOT_HDR ? h->len : 0);
 	}
 }
 

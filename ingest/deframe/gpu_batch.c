@@ -123,8 +123,14 @@ uint32_t pdma_gpu_batch_consume(struct pdma_gpu_batch *b, const struct pdma_ring
 			  : b->ops.run(b->dfr, base, r->slot_size, n, b->desc);
 	if (e)
 		batch_failed(b, n, e);
-	for (uint32_t i = 0; i < n; i++)
-		pdma_acct_add(acct, &b->desc[i], 0);
+	for (uint32_t i = 0; i < n; i++) {
+		const uint8_t *slot = base + (size_t)i * r->slot_size;
+		uint32_t len = ((const struct pdma_slot_hdr *)slot)->len;
+
+		/* the ring is host memory: the observer may read the datagram */
+		pdma_acct_add_dg(acct, &b->desc[i], 0, slot + PDMA_SLOT_HDR,
+				 len <= r->slot_size - PDMA_SLOT_HDR ? len : 0);
+	}
 	*last_batch = now;
 	return n;
 }

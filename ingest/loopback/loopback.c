@@ -62,7 +62,7 @@ static int run_once(const struct pdma_gen_config *gc, const struct pdma_ingest_c
 	pthread_t th;
 	int ret;
 
-	ret = pdma_ingest_open(ic, &ing);
+	ret = pdma_ingest_open_config(ic, &ing, NULL, 0);
 	if (ret)
 		return ret;
 	ret = pdma_gen_open(gc, &snd.g);

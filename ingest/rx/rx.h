@@ -50,7 +50,7 @@ int pdma_rx_recvmmsg_run(int fd, struct pdma_ring *r, uint32_t batch, struct pdm
 /* ---- io_uring.c ----
  * io_uring receive into ring r from socket fd, from the ring's head on: open
  * fails with -EOPNOTSUPP where io_uring is absent or disabled or lacks
- * provided-buffer rings (before Linux 5.19), as does pdma_ingest_open with
+ * provided-buffer rings (before Linux 5.19), as does pdma_ingest_open_config with
  * rx_io io_uring.
  * run() receives until *stop is set and the socket has been quiet for 20 ms
  * (what it holds is drained first); 0 or a negative errno. */

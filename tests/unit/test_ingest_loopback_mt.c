@@ -196,7 +196,7 @@ static void test_loopback_direct_sim(void **state)
 	/* io_uring fills host buffers: not the direct path's device ring. */
 	struct pdma_ingest *ing;
 	ic.rx_io = PDMA_RX_IO_URING;
-	assert_int_equal(pdma_ingest_open(&ic, &ing), -EINVAL);
+	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), -EINVAL);
 	assert_int_equal(pdma_domain_close(dom), 0);
 	assert_int_equal(pdma_sim_close(sim), 0);
 }
@@ -215,7 +215,7 @@ static void test_loopback_io_uring(void **state)
 	ic.port = 0;
 	ic.ring_slots = 64;
 	ic.slot_size = 256;
-	int e = pdma_ingest_open(&ic, &ing);
+	int e = pdma_ingest_open_config(&ic, &ing, NULL, 0);
 	if (e == -EOPNOTSUPP) {
 		printf("skipped: io_uring receive unavailable here (%s)\n", strerror(-e));
 		skip();
@@ -243,7 +243,7 @@ static const char *launch_of(const struct pdma_ingest_config *ic)
 {
 	static char mode[16];
 	struct pdma_ingest *ing;
-	assert_int_equal(pdma_ingest_open(ic, &ing), 0);
+	assert_int_equal(pdma_ingest_open_config(ic, &ing, NULL, 0), 0);
 	json_t *j = pdma_ingest_json(ing, 0);
 	assert_non_null(j);
 	snprintf(mode, sizeof(mode), "%s", json_string_value(json_object_get(j, "gpu_launch")));
@@ -259,17 +259,17 @@ static void test_ingest_bad_config(void **state)
 	(void)state;
 	pdma_ingest_config_default(&ic);
 	ic.threads = 0;
-	assert_int_equal(pdma_ingest_open(&ic, &ing), -EINVAL);
+	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), -EINVAL);
 	pdma_ingest_config_default(&ic);
 	ic.path = PDMA_RX_DIRECT; /* needs a domain and a sim */
-	assert_int_equal(pdma_ingest_open(&ic, &ing), -EINVAL);
+	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), -EINVAL);
 	pdma_ingest_config_default(&ic);
 	ic.rx_io = (enum pdma_rx_io)7; /* no such receive I/O */
-	assert_int_equal(pdma_ingest_open(&ic, &ing), -EINVAL);
+	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), -EINVAL);
 	pdma_ingest_config_default(&ic);
 	ic.path = PDMA_RX_HOST_STAGED;
 	ic.port = 0;
-	int r = pdma_ingest_open(&ic, &ing);
+	int r = pdma_ingest_open_config(&ic, &ing, NULL, 0);
 	if (r == 0) {
 		/* A machine with a GPU and the module: the default launch mode
 		 * per path (graphs for zero-copy, streams for host-staged, as
@@ -290,7 +290,7 @@ static void test_ingest_bad_config(void **state)
 	ic.port = 0;
 	ic.ring_slots = 64;
 	ic.slot_size = 256;
-	assert_int_equal(pdma_ingest_open(&ic, &ing), 0);
+	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), 0);
 	assert_true(pdma_ingest_port(ing) != 0);
 	assert_int_equal(pdma_ingest_stop(ing), -EINVAL); /* never started */
 	pdma_ingest_close(ing);

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""What `peerdma gen --pcap` sent, per stream: the data packets' indices
+(sample count / samples per packet, from the VITA-49 timestamps), against
+the GAP/STREAM lines of tests/public/ingest_consumer.c: every packet between
+a stream's first and last that gen did not send must be a gap, and every gap
+a packet gen did not send.
+usage: gen_sent.py PCAP SAMPLE_RATE CONSUMER_OUTPUT"""
+import struct
+import sys
+
+
+def sent_packets(path, rate):
+    out = {}
+    with open(path, "rb") as f:
+        data = f.read()
+    off = 24  # pcap global header
+    while off + 16 <= len(data):
+        incl = struct.unpack_from("<I", data, off + 8)[0]
+        rec = data[off + 16:off + 16 + incl]
+        off += 16 + incl
+        ihl = (rec[14] & 15) * 4
+        dg = rec[14 + ihl + 8:]
+        h, sid = struct.unpack_from(">II", dg, 0)
+        if h >> 28 not in (1, 3):
+            continue  # context packets
+        words = h & 0xFFFF
+        trailer = (h >> 26) & 1
+        tsi, frac = struct.unpack_from(">IQ", dg, 16)
+        spp = (words * 4 - 28 - 4 * trailer) // 4
+        out.setdefault(sid, set()).add((tsi * rate + frac) // spp)
+    return out
+
+
+def main():
+    sent = sent_packets(sys.argv[1], int(sys.argv[2]))
+    gaps, streams = {}, {}
+    for line in open(sys.argv[3]):
+        w = line.split()
+        if w and w[0] == "GAP":
+            gaps.setdefault(int(w[1]), set()).add(int(w[2]))
+        elif w and w[0] == "STREAM":
+            streams[int(w[1])] = (int(w[2]), int(w[3]))
+    bad = 0
+    for sid, pkts in sorted(sent.items()):
+        first, n = streams.get(sid, (None, 0))
+        want_gaps = set(range(min(pkts), max(pkts) + 1)) - pkts
+        if first != min(pkts) or first + n != max(pkts) + 1:
+            print(f"stream {sid:#x}: blocks cover [{first}, +{n}), gen sent [{min(pkts)}, {max(pkts)}]")
+            bad = 1
+        if gaps.get(sid, set()) != want_gaps:
+            print(f"stream {sid:#x}: gaps {sorted(gaps.get(sid, set()) ^ want_gaps)[:8]} differ from gen's losses")
+            bad = 1
+        else:
+            print(f"stream {sid:#x}: {len(pkts)} packets in order, {len(want_gaps)} gaps exactly where gen lost")
+    if not sent:
+        print("no data packets in the pcap")
+        bad = 1
+    sys.exit(bad)
+
+
+main()

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A program a user would write against the installed API only
+ * (<peerdma/ingest.h>, `pkg-config peerdma`): subscribe to every stream of a
+ * loopback session, take blocks until each of NSTREAMS streams has reached
+ * packet index LAST_PKT or gone quiet, and check them.
+ *  - every sample of a packet that came equals what `peerdma gen` sends
+ *    (its sample word at absolute sample s of stream id, big-endian on the
+ *    wire: I = high half, Q = low half, in host order in the block);
+ *  - a gap packet reads as zeros;
+ *  - blocks of a stream follow each other without a hole or an overlap.
+ * Prints "PORT n" once listening, then per gap "GAP stream_id packet" and
+ * per stream "STREAM stream_id first_packet packets gaps", for
+ * tests/install-test.sh to compare with gen's pcap.
+ * usage: ingest_consumer NSTREAMS LAST_PKT_COUNT [DROP_OLDEST_DEPTH]
+ */
+#include <errno.h>
+#include <peerdma/ingest.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t gen_sample(uint32_t id, uint64_t s)
+{
+	uint32_t i = (uint32_t)(s * 2654435761u) ^ (id * 40503u);
+
+	return (i & 0xffff0000u) | ((uint32_t)(s + id) & 0xffffu);
+}
+
+struct seen {
+	uint32_t id;
+	uint64_t first, next, gaps;
+	int have;
+};
+
+int main(int argc, char **argv)
+{
+	struct pdma_ingest_attr a;
+	struct pdma_sub_attr sa;
+	struct pdma_ingest *ing;
+	struct pdma_sub *sub;
+	struct seen st[16] = { 0 };
+	char msg[256];
+	int bad = 0, e;
+
+	if (argc < 3)
+		return 2;
+	unsigned nstreams = (unsigned)atoi(argv[1]);
+	unsigned long long npkts = strtoull(argv[2], NULL, 0);
+	if (nstreams == 0 || nstreams > 16)
+		return 2;
+	pdma_ingest_attr_init(&a);
+	pdma_sub_attr_init(&sa);
+	sa.depth = 4096; /* keep every block: this consumer checks, it does not stall */
+	if ((e = pdma_ingest_open(&a, &ing, msg, sizeof(msg)))) {
+		fprintf(stderr, "open: %s: %s\n", strerror(-e), msg);
+		return 1;
+	}
+	if ((e = pdma_ingest_subscribe(ing, &sa, &sub)) || (e = pdma_ingest_start(ing))) {
+		fprintf(stderr, "subscribe/start: %s\n", strerror(-e));
+		return 1;
+	}
+	printf("PORT %u\n", pdma_ingest_port(ing));
+	fflush(stdout);
+	unsigned done = 0;
+	int idle = 0;
+	while (done < nstreams && idle < 50) {
+		struct pdma_block *b;
+
+		e = pdma_sub_next(sub, &b, 100);
+		if (e == -ETIMEDOUT) {
+			idle++;
+			continue;
+		}
+		if (e) {
+			fprintf(stderr, "next: %s\n", strerror(-e));
+			bad = 1;
+			break;
+		}
+		idle = 0;
+		unsigned k;
+		for (k = 0; k < nstreams && st[k].have && st[k].id != b->stream_id; k++)
+			;
+		if (k == nstreams) {
+			fprintf(stderr, "unexpected stream %#x\n", b->stream_id);
+			bad = 1;
+			pdma_block_release(b);
+			continue;
+		}
+		struct seen *s = &st[k];
+		uint64_t p0 = b->first_sample / b->samples_per_packet;
+		if (!s->have) {
+			s->have = 1;
+			s->id = b->stream_id;
+			s->first = s->next = p0;
+		}
+		if (p0 != s->next || b->mem != PDMA_BLOCK_HOST || b->format != PDMA_FMT_CI16 ||
+		    b->nsamples != (uint64_t)b->npackets * b->samples_per_packet) {
+			fprintf(stderr, "stream %#x: block at packet %llu, expected %llu\n", b->stream_id,
+				(unsigned long long)p0, (unsigned long long)s->next);
+			bad = 1;
+		}
+		const int16_t *iq = b->data;
+		for (uint32_t i = 0; i < b->npackets; i++) {
+			int gap = (b->gap_mask[i / 64] >> (i % 64)) & 1;
+			if (gap) {
+				printf("GAP %u %llu\n", b->stream_id, (unsigned long long)(p0 + i));
+				s->gaps++;
+			}
+			for (uint32_t j = 0; j < b->samples_per_packet; j++) {
+				uint64_t n = (uint64_t)i * b->samples_per_packet + j;
+				uint32_t w = gap ? 0 : gen_sample(b->stream_id, b->first_sample + n);
+				if (iq[2 * n] != (int16_t)(w >> 16) || iq[2 * n + 1] != (int16_t)(w & 0xffff)) {
+					fprintf(stderr, "stream %#x sample %llu: %d,%d want %d,%d\n",
+						b->stream_id, (unsigned long long)(b->first_sample + n),
+						iq[2 * n], iq[2 * n + 1], (int16_t)(w >> 16),
+						(int16_t)(w & 0xffff));
+					bad = 1;
+					break;
+				}
+			}
+		}
+		s->next = p0 + b->npackets;
+		if (s->next - s->first == npkts)
+			done++;
+		pdma_block_release(b);
+	}
+	pdma_ingest_stop(ing);
+	/* the flush: blocks that were still open at stop */
+	for (struct pdma_block *b; pdma_sub_next(sub, &b, 0) == 0;) {
+		fprintf(stderr, "a block after every stream was complete (stream %#x)\n", b->stream_id);
+		bad = 1;
+		pdma_block_release(b);
+	}
+	for (unsigned k = 0; k < nstreams; k++)
+		printf("STREAM %u %llu %llu %llu\n", st[k].id, (unsigned long long)st[k].first,
+		       (unsigned long long)(st[k].next - st[k].first), (unsigned long long)st[k].gaps);
+	if (done < nstreams) {
+		fprintf(stderr, "%u of %u streams complete\n", done, nstreams);
+		bad = 1;
+	}
+	pdma_sub_close(sub);
+	pdma_ingest_close(ing);
+	return bad;
+}
