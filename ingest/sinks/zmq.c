@@ -210,10 +210,12 @@ static void fill_payload(const struct pdma_zmq *z, uint8_t *dst, const int16_t *
 		memcpy(dst, src, n * 4);
 	} else {
 		/* gr_complex: scale so that int16 full scale is 1.0 (exact in
-		 * float32: every int16 / 32768 is representable). */
-		float *f = (float *)(void *)dst;
-		for (uint64_t i = 0; i < 2 * n; i++)
-			f[i] = (float)src[i] * (1.0f / 32768.0f);
+		 * float32: every int16 / 32768 is representable). Stored with
+		 * memcpy: after a tag header the payload has any alignment. */
+		for (uint64_t i = 0; i < 2 * n; i++) {
+			float f = (float)src[i] * (1.0f / 32768.0f);
+			memcpy(dst + 4 * i, &f, sizeof(f));
+		}
 	}
 }
 
