@@ -84,6 +84,10 @@ int pdma_ingest_zmq_begin(struct pdma_ingest_zmq **zp, struct pdma_ingest *ing,
 	pdma_sub_attr_init(&sa);
 	sa.stream_id = PDMA_SUB_ALL_STREAMS;
 	sa.policy = (enum pdma_sub_policy)opts->policy;
+	/* One queue for every stream: 8 blocks (the default) is 4 blocks each
+	 * of two streams, tens of milliseconds, which a descheduled publisher
+	 * overruns on a busy machine; each stream's pool bounds it anyway. */
+	sa.depth = 64;
 	ret = pdma_ingest_subscribe(ing, &sa, &p->sub);
 	if (ret) {
 		fprintf(stderr, "peerdma ingest: --zmq: subscribe: %s\n", strerror(-ret));

@@ -125,15 +125,17 @@ def runs(mask):
     return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()))
 
 
-def scenario(tool, name, fmt, tags, streams, packets, loss, seed, tmp):
-    print("=== %s: --zmq-format %s%s, %d streams x %d packets, loss %d/1000, seed %d"
-          % (name, fmt, " --zmq-tags" if tags else "", streams, packets, loss, seed))
+def scenario(tool, name, fmt, tags, policy, streams, packets, loss, seed, tmp):
+    print("=== %s: --zmq-format %s%s --zmq-policy %s, %d streams x %d packets, loss %d/1000, "
+          "seed %d" % (name, fmt, " --zmq-tags" if tags else "", policy, streams, packets, loss,
+                       seed))
     udp, tcp = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)
     ep = "tcp://127.0.0.1:%d" % tcp
     js, pcap = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".pcap")
     sids = [0x1000 + i for i in range(streams)]
     cmd = [tool, "ingest", "--path", "cpu", "--port", str(udp), "--zmq", ep,
-           "--zmq-format", fmt, "--zmq-wait", str(streams), "--idle", "1500", "--json", js]
+           "--zmq-format", fmt, "--zmq-wait", str(streams), "--zmq-policy", policy,
+           "--idle", "1500", "--json", js]
     if tags:
         cmd.append("--zmq-tags")
     ing = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -195,7 +197,7 @@ def scenario(tool, name, fmt, tags, streams, packets, loss, seed, tmp):
         first, n = st["first_sample"], st["samples"]
         lost = [s for s in gj["streams"] if s["stream_id"] == sid][0]["lost"]
         if st["fill_samples"] or st["jumps"] or st["stale"]:
-            bad += fail("0x%x: blocks dropped on the way (%s): a slow run, not the sink" % (sid, st))
+            bad += fail("0x%x: blocks dropped on the way (%s)" % (sid, st))
             continue
         if first % SPP:
             bad += fail("0x%x: first sample %d not on a packet boundary" % (sid, first))
@@ -283,8 +285,11 @@ def main():
     print("GNU Radio %s" % gr.version())
     failed = 0
     with tempfile.TemporaryDirectory(prefix="pdma-gr-") as tmp:
-        failed += scenario(tool, "ci16", "ci16", False, 2, 3000, 20, 7, tmp)
-        failed += scenario(tool, "cf32-tags", "cf32", True, 2, 3000, 30, 11, tmp)
+        # backpressure: on a busy machine a descheduled publisher makes the
+        # session wait (the receive ring absorbs it) rather than drop blocks,
+        # so every zero is one gen lost
+        failed += scenario(tool, "ci16", "ci16", False, "backpressure", 2, 3000, 20, 7, tmp)
+        failed += scenario(tool, "cf32-tags", "cf32", True, "backpressure", 2, 3000, 30, 11, tmp)
     print("gnuradio zmq: %d passed, %d failed" % (2 - failed, failed))
     return 1 if failed else 0
 
