@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -403,7 +404,8 @@ static void test_refusals(void **state)
 
 struct stall {
 	struct pdma_zmq *z;
-	int ret, sent;
+	int ret;              /* read after the join */
+	atomic_int sent;      /* watched while the publisher runs */
 };
 
 static void *stall_pub(void *arg)
@@ -417,11 +419,12 @@ static void *stall_pub(void *arg)
 	make_block(h, 3, 0, 0);
 	h->b.data = buf;
 	h->b.nsamples = big;
-	for (s->sent = 0; s->sent < 4096; s->sent++) {
-		h->b.first_sample = (uint64_t)s->sent * big;
+	for (int i = 0; i < 4096; i++) {
+		h->b.first_sample = (uint64_t)i * big;
 		s->ret = pdma_zmq_publish(s->z, &h->b, NULL, 0);
 		if (s->ret)
 			break;
+		atomic_store(&s->sent, i + 1);
 	}
 	free(buf);
 	free(h);
@@ -433,7 +436,7 @@ static void *stall_pub(void *arg)
 static void test_stalled_subscriber(void **state)
 {
 	struct fix f;
-	struct stall s = { 0 };
+	struct stall s = { .z = NULL };
 	pthread_t th;
 
 	(void)state;
@@ -441,9 +444,9 @@ static void test_stalled_subscriber(void **state)
 	s.z = f.z;
 	assert_int_equal(pthread_create(&th, NULL, stall_pub, &s), 0);
 	usleep(500 * 1000);
-	int sent = s.sent;
+	int sent = atomic_load(&s.sent);
 	usleep(300 * 1000);
-	assert_int_equal(s.sent, sent); /* stuck, not dropping */
+	assert_int_equal(atomic_load(&s.sent), sent); /* stuck, not dropping */
 	assert_true(sent < 4096);
 	pdma_zmq_cancel(f.z);
 	pthread_join(th, NULL);
