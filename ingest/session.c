@@ -547,10 +547,21 @@ int pdma_ingest_enable_blocks(struct pdma_ingest *ing, uint32_t block_packets, u
 
 	if (ing->started || ing->blocks)
 		return -EBUSY;
-	if (ing->gpu)
-		return -EOPNOTSUPP; /* the window is in device memory */
-	ret = pdma_blocks_open(&ing->blocks, &ing->dfr.cfg, block_packets, late_blocks, pool,
-			       ing->dfr.t.out, NULL);
+	if (ing->gpu) {
+		/* the window is in device memory: pools there too */
+		struct pdma_blk_mem mem;
+		const uint8_t *win;
+
+		if (ing->c.path == PDMA_RX_NIC)
+			return -EOPNOTSUPP; /* frames in GPU memory: no host copy to learn lengths from */
+		ret = pdma_blocks_gpu_mem(ing->gpu, &mem, &win);
+		if (!ret)
+			ret = pdma_blocks_open(&ing->blocks, &ing->dfr.cfg, block_packets, late_blocks,
+					       pool, win, &mem);
+	} else {
+		ret = pdma_blocks_open(&ing->blocks, &ing->dfr.cfg, block_packets, late_blocks, pool,
+				       ing->dfr.t.out, NULL);
+	}
 	if (ret)
 		return ret;
 	ing->flush_idle = flush_idle_ms * 1e-3;

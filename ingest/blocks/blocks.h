@@ -92,8 +92,10 @@ struct pdma_blk_mem {
 	int (*fence)(void *arg, void **event);
 	/* make a CUDA stream wait for a publication's event */
 	int (*stream_wait)(void *arg, intptr_t stream, void *event);
+	void (*event_destroy)(void *arg, void *event);
 	int (*alloc)(void *arg, size_t n, void **p);
 	void (*free)(void *arg, void *p);
+	void (*fini)(void *arg);   /* at close, last (may be NULL) */
 	void *arg;
 };
 
@@ -148,9 +150,15 @@ uint32_t pdma_blocks_deliver(struct pdma_blocks *bl, struct pdma_blk *b);
  * none can be had without waiting on a drop-oldest-only stream. */
 struct pdma_blk *pdma_blocks_get_buf(struct pdma_blocks *bl, uint32_t idx);
 bool pdma_blocks_wanted(struct pdma_blocks *bl, uint32_t stream_id);
+/* A buffer from pdma_blocks_get_buf back to the pool unused (lock held). */
+void pdma_blocks_put_buf(struct pdma_blocks *bl, struct pdma_blk *b);
 void pdma_blocks_end_subs(struct pdma_blocks *bl);
 void pdma_blocks_start(struct pdma_blocks *bl);
 void pdma_blocks_free_subs(struct pdma_blocks *bl);
+/* The GPU deframer's window as a block source (gpu_mem.c): *mem's
+ * operations, *window its device address. */
+struct pdma_gpu_batch;
+int pdma_blocks_gpu_mem(struct pdma_gpu_batch *gb, struct pdma_blk_mem *mem, const uint8_t **window);
 /* A consumer's CUDA stream waits for block b's event (dlpack.c). */
 int pdma_blocks_stream_wait(struct pdma_block *b, intptr_t stream);
 

@@ -45,8 +45,9 @@
 #include "deframe.h"
 
 /* 5: the measurement entry points moved to the benchmark module
- * (bench/ingest/gpu_bench.h). 6: run_frames (frame rings). */
-#define PDMA_GPU_API_VERSION 6
+ * (bench/ingest/gpu_bench.h). 6: run_frames (frame rings). 7: blk_* (sample
+ * blocks). */
+#define PDMA_GPU_API_VERSION 7
 
 struct pdma_gpu_dfr;
 
@@ -96,6 +97,18 @@ struct pdma_gpu_ops {
 	 * setting, on streams. Synchronous. */
 	int (*run_frames)(struct pdma_gpu_dfr *g, const struct pdma_frm_cfg *fc, const void *base,
 			  const struct pdma_frame *frames, uint32_t n, struct pdma_dfr_desc *desc);
+	/* Sample blocks (ingest/blocks/): the device tables' addresses (the
+	 * window is t->out); n bytes (a multiple of 4, 4-byte aligned) copied
+	 * with each 16-bit word byte-swapped, or zeroed, asynchronously on the
+	 * deframer's stream; an event after them (created when *event is NULL,
+	 * then recorded again), before which no later batch runs; a consumer's
+	 * stream (any thread) made to wait on such an event. */
+	int (*blk_tables)(struct pdma_gpu_dfr *g, struct pdma_dfr_tables *t);
+	int (*blk_copy)(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n);
+	int (*blk_zero)(struct pdma_gpu_dfr *g, void *dst, size_t n);
+	int (*blk_fence)(struct pdma_gpu_dfr *g, void **event);
+	int (*blk_stream_wait)(struct pdma_gpu_dfr *g, intptr_t stream, void *event);
+	void (*blk_event_destroy)(struct pdma_gpu_dfr *g, void *event);
 };
 
 typedef int (*pdma_vrt_cuda_api_fn)(struct pdma_gpu_ops *ops, uint32_t version);
