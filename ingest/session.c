@@ -402,6 +402,11 @@ int pdma_ingest_stop(struct pdma_ingest *ing)
 	return err;
 }
 
+static void gpu_fin(void *arg)
+{
+	pdma_gpu_batch_close(arg);
+}
+
 void pdma_ingest_close(struct pdma_ingest *ing)
 {
 	if (!ing)
@@ -419,8 +424,9 @@ void pdma_ingest_close(struct pdma_ingest *ing)
 		pdma_ring_fini(&t->ring);
 		pdma_rx_sim_dma_close(t->dma); /* after the ring's registration of its memory */
 	}
-	pdma_blocks_close(ing->blocks);
-	pdma_gpu_batch_close(ing->gpu);
+	/* The pools may outlive the session (blocks still held by DLPack
+	 * views); GPU pools need the GPU deframer until then. */
+	pdma_blocks_close(ing->blocks, gpu_fin, ing->gpu);
 	pdma_dfr_fini(&ing->dfr);
 	if (ing->own_eq)
 		pdma_eq_close(ing->own_eq);

@@ -32,6 +32,14 @@ static int host_zero(void *arg, void *dst, size_t n)
 	return 0;
 }
 
+static int host_read(void *arg, void *dst, const void *src, size_t n, void *event)
+{
+	(void)arg;
+	(void)event;
+	memcpy(dst, src, n);
+	return 0;
+}
+
 static int host_alloc(void *arg, size_t n, void **p)
 {
 	(void)arg;
@@ -79,7 +87,7 @@ int pdma_blocks_open(struct pdma_blocks **out, const struct pdma_dfr_config *cfg
 		bl->mem = *mem;
 	} else {
 		bl->mem = (struct pdma_blk_mem){ .kind = PDMA_BLOCK_HOST, .copy = host_copy_swap16,
-						 .zero = host_zero, .alloc = host_alloc,
+						 .zero = host_zero, .read = host_read, .alloc = host_alloc,
 						 .free = host_free };
 	}
 	pthread_mutex_init(&bl->lock, NULL);
@@ -116,14 +124,34 @@ int pdma_blocks_open(struct pdma_blocks **out, const struct pdma_dfr_config *cfg
 	*out = bl;
 	return 0;
 err:
-	pdma_blocks_close(bl);
+	pdma_blocks_free(bl);
 	return ret;
 }
 
-void pdma_blocks_close(struct pdma_blocks *bl)
+void pdma_blocks_close(struct pdma_blocks *bl, void (*fin)(void *arg), void *fin_arg)
 {
-	if (!bl)
+	bool now;
+
+	if (!bl) {
+		if (fin)
+			fin(fin_arg);
 		return;
+	}
+	pthread_mutex_lock(&bl->lock);
+	bl->fin = fin;
+	bl->fin_arg = fin_arg;
+	now = bl->held_total == 0;
+	bl->closing = true;
+	pthread_mutex_unlock(&bl->lock);
+	if (now)
+		pdma_blocks_free(bl);
+}
+
+void pdma_blocks_free(struct pdma_blocks *bl)
+{
+	void (*fin)(void *arg) = bl->fin;
+	void *fin_arg = bl->fin_arg;
+
 	pdma_blocks_free_subs(bl);
 	if (bl->st)
 		for (uint32_t i = 0; i < bl->cfg.max_streams; i++)
@@ -141,6 +169,8 @@ void pdma_blocks_close(struct pdma_blocks *bl)
 	pthread_cond_destroy(&bl->room);
 	pthread_mutex_destroy(&bl->lock);
 	free(bl);
+	if (fin)
+		fin(fin_arg);
 }
 
 /* A CIF0 frequency-like field: 64-bit two's complement, radix point at bit
@@ -195,6 +225,7 @@ void pdma_blocks_observe(void *arg, const struct pdma_dfr_desc *d, uint32_t payl
 				return;
 		}
 		s->have = true;
+		atomic_fetch_add_explicit(&bl->streams, 1, memory_order_relaxed);
 		s->stream_id = d->stream_id;
 		s->next = d->pkt;
 		s->high = d->pkt;
@@ -359,4 +390,5 @@ void pdma_blocks_stats(struct pdma_blocks *bl, struct pdma_ingest_stats *s)
 	s->late = atomic_load(&bl->late_pkts);
 	s->blocks_published = atomic_load(&bl->published);
 	s->gap_packets = atomic_load(&bl->gap_packets);
+	s->streams = atomic_load(&bl->streams);
 }

@@ -49,6 +49,13 @@ static void g_event_destroy(void *arg, void *event)
 	m->ops->blk_event_destroy(m->g, event);
 }
 
+static int g_read(void *arg, void *dst, const void *src, size_t n, void *event)
+{
+	struct gpu_mem *m = arg;
+
+	return m->ops->blk_read(m->g, dst, src, n, event);
+}
+
 static int g_alloc(void *arg, size_t n, void **p)
 {
 	struct gpu_mem *m = arg;
@@ -80,7 +87,7 @@ int pdma_blocks_gpu_mem(struct pdma_gpu_batch *gb, struct pdma_blk_mem *mem, con
 	*window = t.out;
 	*mem = (struct pdma_blk_mem){ .kind = PDMA_BLOCK_CUDA, .device = 0, .copy = g_copy,
 				      .zero = g_zero, .fence = g_fence, .stream_wait = g_stream_wait,
-				      .event_destroy = g_event_destroy, .alloc = g_alloc,
+				      .event_destroy = g_event_destroy, .read = g_read, .alloc = g_alloc,
 				      .free = g_free, .fini = free, .arg = m };
 	return 0;
 }

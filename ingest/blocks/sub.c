@@ -215,6 +215,7 @@ static int next_locked(struct pdma_sub *sub, struct pdma_block **out, int timeou
 	r->sub = sub;
 	atomic_store(&r->refs, 1);
 	sub->held++;
+	bl->held_total++;
 	sub->st.delivered++;
 	pthread_cond_broadcast(&bl->room); /* queue room (backpressure) */
 	*out = &r->pub;
@@ -369,7 +370,25 @@ void pdma_block_release(struct pdma_block *b)
 	pthread_mutex_lock(&bl->lock);
 	r->sub->held--;
 	blk_put(bl, r->blk);
+	bool last = --bl->held_total == 0 && bl->closing;
 	pthread_mutex_unlock(&bl->lock);
+	if (last)
+		pdma_blocks_free(bl); /* the session was closed before this view died */
+}
+
+int pdma_block_read(const struct pdma_block *b, uint32_t first_packet, uint32_t npackets, void *dst)
+{
+	const struct sub_ref *r = (const struct sub_ref *)b;
+
+	if (!b || !dst || first_packet > b->npackets || npackets > b->npackets - first_packet)
+		return -EINVAL;
+	const struct pdma_blk_mem *m = &r->sub->bl->mem;
+	size_t pkt = (size_t)b->samples_per_packet * b->bytes_per_sample;
+
+	if (!npackets)
+		return 0;
+	return m->read(m->arg, dst, (const uint8_t *)b->data + first_packet * pkt, npackets * pkt,
+		       b->cuda_event);
 }
 
 int pdma_blocks_stream_wait(struct pdma_block *b, intptr_t stream)

@@ -109,14 +109,19 @@ struct pdma_gpu_ops {
 	int (*blk_fence)(struct pdma_gpu_dfr *g, void **event);
 	int (*blk_stream_wait)(struct pdma_gpu_dfr *g, intptr_t stream, void *event);
 	void (*blk_event_destroy)(struct pdma_gpu_dfr *g, void *event);
+	/* n bytes of device memory to host memory, after event (any thread) */
+	int (*blk_read)(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n, void *event);
 };
 
 typedef int (*pdma_vrt_cuda_api_fn)(struct pdma_gpu_ops *ops, uint32_t version);
 
 /* Loads the module when a CUDA device exists: -ENODEV no device/driver,
  * -ENOENT module not found (not built), -EPROTO version mismatch. The search
- * order: $PEERDMA_VRT_CUDA, next to the running executable, then one and two
- * directories up (build tree layout), then the loader path. */
+ * order: $PEERDMA_VRT_CUDA; beside the object that holds this loader (an
+ * installed libpeerdma_ingest.so: the module is installed into the same
+ * libdir); the running executable's install (bindir -> libdir); next to the
+ * executable and one and two directories up (build tree layout); then the
+ * loader path. */
 int pdma_gpu_load(struct pdma_gpu_ops *ops, void **handle);
 /* The same for another build of the module (the benchmarks' one, which adds
  * its measurement entry points): file name module, environment override env. */

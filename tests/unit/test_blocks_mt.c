@@ -198,6 +198,7 @@ static void test_blocks_exact(void **state)
 	assert_int_equal(st.gap_packets, x.gaps[0] + x.gaps[1]);
 	assert_int_equal(st.window_drops, 0);
 	assert_int_equal(st.socket_drops + st.ring_overruns, 0);
+	assert_int_equal(st.streams, 2);
 	pdma_sub_close(sub);
 	pdma_ingest_close(ing);
 }
@@ -421,6 +422,46 @@ static void test_blocks_dlpack(void **state)
 	pdma_ingest_close(ing);
 }
 
+/* A view outlives its session: the session closes, the view's samples stay
+ * readable until its deleter runs, which frees what the session left (ASan
+ * and valgrind see a use after free or a leak). pdma_block_read copies a
+ * block's packets to host memory. */
+static void test_blocks_outlive_session(void **state)
+{
+	struct pdma_ingest *ing = open_session(64);
+	struct pdma_sub_attr sa;
+	struct pdma_sub *sub;
+	struct send_job j;
+	struct pdma_block *b;
+	void *mt;
+	(void)state;
+
+	pdma_sub_attr_init(&sa);
+	assert_int_equal(pdma_ingest_subscribe(ing, &sa, &sub), 0);
+	assert_int_equal(pdma_ingest_start(ing), 0);
+	send_start(&j, pdma_ingest_port(ing), 1, 500, 0, 50000);
+	assert_int_equal(pdma_sub_next(sub, &b, 5000), 0);
+	size_t pkt = (size_t)b->samples_per_packet * 4, bytes = b->nsamples * 4;
+	uint8_t *copy = malloc(bytes);
+	assert_int_equal(pdma_block_read(b, 0, b->npackets, copy), 0);
+	assert_memory_equal(copy, b->data, bytes);
+	assert_int_equal(pdma_block_read(b, 1, 1, copy), 0);
+	assert_memory_equal(copy, (uint8_t *)b->data + pkt, pkt);
+	assert_int_equal(pdma_block_read(b, b->npackets, 1, copy), -EINVAL);
+	assert_int_equal(pdma_block_read(b, 1, b->npackets, copy), -EINVAL);
+	assert_int_equal(pdma_block_read(b, 0, b->npackets, copy), 0);
+	assert_int_equal(pdma_block_dlpack(b, -1, &mt), 0);
+	pdma_block_release(b);
+	send_wait(&j);
+	assert_int_equal(pdma_ingest_stop(ing), 0);
+	pdma_sub_close(sub);
+	pdma_ingest_close(ing);
+	DLManagedTensor *t = mt;
+	assert_memory_equal(t->dl_tensor.data, copy, bytes);
+	t->deleter(t);
+	free(copy);
+}
+
 static void test_blocks_bad_input(void **state)
 {
 	struct pdma_ingest_attr a;
@@ -482,6 +523,7 @@ int main(void)
 		cmocka_unit_test(test_blocks_stall_backpressure),
 		cmocka_unit_test(test_blocks_callback),
 		cmocka_unit_test(test_blocks_dlpack),
+		cmocka_unit_test(test_blocks_outlive_session),
 		cmocka_unit_test(test_blocks_bad_input),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

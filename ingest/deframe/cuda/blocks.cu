@@ -60,20 +60,44 @@ int dfr_blk_fence(struct pdma_gpu_dfr *g, void **event)
 	return 0;
 }
 
-/* From a consumer's thread: its stream waits for the block's copies. The
- * DLPack stream values 1 and 2 are the legacy and per-thread default
- * streams, which is what cudaStreamLegacy and cudaStreamPerThread are. */
+/* Calls from a consumer's thread run on the deframer's device, and leave
+ * the thread's current device as it was. */
+struct on_device {
+	int prev = -1;
+	explicit on_device(int dev)
+	{
+		cudaGetDevice(&prev);
+		if (prev != dev)
+			cudaSetDevice(dev);
+	}
+	~on_device()
+	{
+		int now = -1;
+		cudaGetDevice(&now);
+		if (prev >= 0 && now != prev)
+			cudaSetDevice(prev);
+	}
+};
+
+/* Its stream waits for the block's copies. The DLPack stream values 1 and 2
+ * are the legacy and per-thread default streams, which is what
+ * cudaStreamLegacy and cudaStreamPerThread are. */
 int dfr_blk_stream_wait(struct pdma_gpu_dfr *g, intptr_t stream, void *event)
 {
-	int dev = -1;
+	on_device d(g->device);
 
-	cudaGetDevice(&dev);
-	if (dev != g->device)
-		CK(g, cudaSetDevice(g->device));
-	cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
-	if (dev >= 0 && dev != g->device)
-		cudaSetDevice(dev);
-	CK(g, e);
+	CK(g, cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+	return 0;
+}
+
+/* A host copy of (part of) a block, for consumers that do not link CUDA. */
+int dfr_blk_read(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n, void *event)
+{
+	on_device d(g->device);
+
+	if (event)
+		CK(g, cudaEventSynchronize((cudaEvent_t)event));
+	CK(g, cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost));
 	return 0;
 }
 

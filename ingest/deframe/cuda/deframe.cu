@@ -781,5 +781,6 @@ extern "C" __attribute__((visibility("default"))) int pdma_vrt_cuda_api(struct p
 	ops->blk_fence = dfr_blk_fence;
 	ops->blk_stream_wait = dfr_blk_stream_wait;
 	ops->blk_event_destroy = dfr_blk_event_destroy;
+	ops->blk_read = dfr_blk_read;
 	return 0;
 }

@@ -100,6 +100,7 @@ int dfr_blk_zero(struct pdma_gpu_dfr *g, void *dst, size_t n);
 int dfr_blk_fence(struct pdma_gpu_dfr *g, void **event);
 int dfr_blk_stream_wait(struct pdma_gpu_dfr *g, intptr_t stream, void *event);
 void dfr_blk_event_destroy(struct pdma_gpu_dfr *g, void *event);
+int dfr_blk_read(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n, void *event);
 
 /* ---- launches (deframe.cu) ---- */
 
