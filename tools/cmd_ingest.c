@@ -64,7 +64,7 @@ static void usage(FILE *f)
 		"      --sample-rate HZ  stream sample rate (default 10000000)\n"
 		"      --max-streams N   stream table size (default 64)\n"
 		"      --out-packets N   per-stream output window, packets (default 4096)\n"
-		"GNU Radio (cpu path):\n"
+		"GNU Radio:\n"
 		"      --zmq ENDPOINT    publish every stream's samples on a ZeroMQ PUB socket bound to\n"
 		"                        ENDPOINT (e.g. tcp://127.0.0.1:5555) for GNU Radio's ZMQ SUB\n"
 		"                        Source: key \"stream-\" + the stream ID in 8 hex digits; lost\n"
@@ -239,10 +239,6 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 		return pdma_opt_fail(&o, "--rx io_uring needs a host ring: not with --path direct or nic");
 	if (c->path == PDMA_RX_NIC && c->threads != 1)
 		return pdma_opt_fail(&o, "--path nic: one NIC, one receive thread (--threads 1)");
-	/* The sink publishes host memory; the GPU paths' blocks are in device
-	 * memory, valid after a CUDA event (ingest/sinks/zmq.h). */
-	if (a->zmq.endpoint && c->path != PDMA_RX_CPU)
-		return pdma_opt_fail(&o, "--zmq publishes host memory: only with --path cpu");
 	return 0;
 }
 
@@ -356,7 +352,8 @@ int pdma_cmd_ingest(int argc, char **argv)
 		ret = pdma_ingest_enable_blocks(ing, 64, 1, 16, 100);
 		if (ret) {
 			fprintf(stderr, "peerdma ingest: --zmq: blocks: %s%s\n", strerror(-ret),
-				ret == -EINVAL ? " (--out-packets: a multiple of 64, at least 192)" : "");
+				ret == -EINVAL ? " (--out-packets: a multiple of 64, at least 192)"
+				: ret == -EOPNOTSUPP ? " on this path (--path nic: with --deframer cpu)" : "");
 			status = 1;
 			goto out_ing;
 		}

@@ -28,6 +28,8 @@ struct pdma_zmq {
 	struct zstream *s;
 	uint32_t ns, cap, last;
 	struct pdma_gr_tags hdr;
+	int16_t *stage;         /* device blocks read to host memory (pdma_block_read) */
+	size_t stage_len;
 };
 
 void pdma_zmq_attr_init(struct pdma_zmq_attr *a)
@@ -300,13 +302,6 @@ int pdma_zmq_publish(struct pdma_zmq *z, const struct pdma_block *b, char *msg, 
 	if (msg && msglen)
 		msg[0] = '\0';
 	drain_subscriptions(z);
-	if (b->mem != PDMA_BLOCK_HOST) {
-		if (msg && msglen)
-			snprintf(msg, msglen, "the ZeroMQ sink publishes host memory; this block is in "
-				 "%s memory (use the cpu path)",
-				 b->mem == PDMA_BLOCK_CUDA ? "CUDA device" : "pinned (GPU-mapped) host");
-		return -EOPNOTSUPP;
-	}
 	if (b->format != PDMA_FMT_CI16 || b->bytes_per_sample != 4) {
 		if (msg && msglen)
 			snprintf(msg, msglen, "sample format %u (%u bytes) is not complex int16",
@@ -315,12 +310,34 @@ int pdma_zmq_publish(struct pdma_zmq *z, const struct pdma_block *b, char *msg, 
 	}
 	if (atomic_load(&z->cancel))
 		return -ECANCELED;
+	const int16_t *src = b->data;
+	int ret;
+	if (b->mem != PDMA_BLOCK_HOST) {
+		/* GPU paths: read to host memory after the block's event (the
+		 * samples leave for a CPU flowgraph anyway). */
+		size_t need = (size_t)b->nsamples * 4;
+		if (z->stage_len < need) {
+			int16_t *st = realloc(z->stage, need);
+			if (!st)
+				return -ENOMEM;
+			z->stage = st;
+			z->stage_len = need;
+		}
+		ret = pdma_block_read(b, 0, b->npackets, z->stage);
+		if (ret) {
+			if (msg && msglen)
+				snprintf(msg, msglen, "reading a %s block (stream 0x%x) to host memory: %s",
+					 b->mem == PDMA_BLOCK_CUDA ? "CUDA device" : "pinned host",
+					 b->stream_id, strerror(-ret));
+			return ret;
+		}
+		src = z->stage;
+	}
 
 	struct zstream *s = stream_of(z, b->stream_id);
 	if (!s)
 		return -ENOMEM;
 	bool restart = !s->started;
-	int ret;
 
 	if (s->started && b->first_sample < s->next) {
 		/* behind what was published (cannot happen in publication order;
@@ -363,7 +380,7 @@ int pdma_zmq_publish(struct pdma_zmq *z, const struct pdma_block *b, char *msg, 
 		if (pdma_gr_tags_end(&z->hdr))
 			return -ENOMEM;
 	}
-	ret = send_message(z, s, (const int16_t *)b->data, b->nsamples, msg, msglen);
+	ret = send_message(z, s, src, b->nsamples, msg, msglen);
 	if (ret)
 		return ret;
 	s->st.gap_samples += (uint64_t)b->gaps * b->samples_per_packet;
@@ -394,6 +411,7 @@ void pdma_zmq_close(struct pdma_zmq *z)
 	zmq_close(z->sock);
 	zmq_ctx_term(z->ctx);
 	pdma_gr_tags_free(&z->hdr);
+	free(z->stage);
 	free(z->s);
 	free(z);
 }

@@ -14,7 +14,9 @@
  *    instead of reading topics as samples.
  *  - The data frame is whole samples: ci16 (I, Q as int16, host byte order, 4
  *    bytes a sample, as ingest delivers them) or cf32 (gr_complex: I/32768,
- *    Q/32768 as float32, 8 bytes). One block, one message.
+ *    Q/32768 as float32, 8 bytes). One block, one message. Blocks in GPU
+ *    memory (host-staged, zero-copy paths) are read to host memory first
+ *    (pdma_block_read, after the block's CUDA event).
  *  - With tags, the data frame starts with gr-zeromq's tag header
  *    (tag_headers.cc: u16 magic 0x5FF0, u8 version 1, u64 offset, u64 ntags,
  *    then per tag u64 offset and the PMT-serialized key, value and srcid;
@@ -101,10 +103,10 @@ int pdma_zmq_open(const struct pdma_zmq_attr *a, struct pdma_zmq **z, char *msg,
  * limit): a SUB socket that connects after samples began misses them (the
  * slow-joiner problem), so start receiving after this. -ETIMEDOUT, -ECANCELED. */
 int pdma_zmq_wait_subscribers(struct pdma_zmq *z, int n, int timeout_ms);
-/* Publishes one block (host memory, PDMA_FMT_CI16); the caller still owns and
- * releases it. -EOPNOTSUPP for device memory, -EPROTO for another format,
- * -ECANCELED after pdma_zmq_cancel, -ENOMEM, or ZeroMQ's errno; msg says
- * which. */
+/* Publishes one block (PDMA_FMT_CI16, host or GPU memory); the caller still
+ * owns and releases it. -EPROTO for another format, -EIO when a GPU block
+ * cannot be read, -ECANCELED after pdma_zmq_cancel (the sink is done then: a
+ * message may have been cut), -ENOMEM, or ZeroMQ's errno; msg says which. */
 int pdma_zmq_publish(struct pdma_zmq *z, const struct pdma_block *b, char *msg, size_t msglen);
 /* Makes a publish waiting on a slow subscriber give up (-ECANCELED). */
 void pdma_zmq_cancel(struct pdma_zmq *z);
