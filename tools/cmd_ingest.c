@@ -13,6 +13,7 @@
 
 #include "cmd.h"
 #include "ingest.h"
+#include "ingest_zmq.h"
 #include "opt.h"
 #include "peerdma/mr.h"
 #include "mem/sim.h"
@@ -63,6 +64,18 @@ static void usage(FILE *f)
 		"      --sample-rate HZ  stream sample rate (default 10000000)\n"
 		"      --max-streams N   stream table size (default 64)\n"
 		"      --out-packets N   per-stream output window, packets (default 4096)\n"
+		"GNU Radio:\n"
+		"      --zmq ENDPOINT    publish every stream's samples on a ZeroMQ PUB socket bound to\n"
+		"                        ENDPOINT (e.g. tcp://127.0.0.1:5555) for GNU Radio's ZMQ SUB\n"
+		"                        Source: key \"stream-\" + the stream ID in 8 hex digits; lost\n"
+		"                        packets are zeros (README, \"GNU Radio\")\n"
+		"      --zmq-format F    ci16 (default: int16 I, Q: itemsize short, vlen 2) or cf32\n"
+		"                        (gr_complex, 32768 = 1.0)\n"
+		"      --zmq-tags        gr-zeromq tag header (SUB Source: Pass Tags): rx_time, rx_rate,\n"
+		"                        rx_freq at the start, pdma_gap at lost packets, pdma_drop\n"
+		"      --zmq-wait N      start receiving once N subscribers have subscribed\n"
+		"      --zmq-policy P    drop-oldest (default: a slow flowgraph loses whole blocks,\n"
+		"                        published as zeros) or backpressure (the receive path drops)\n"
 		"  -d, --duration S      stop after S seconds\n"
 		"  -c, --count N         stop after N datagrams\n"
 		"  -i, --idle MS         stop MS milliseconds after the last datagram (default: never)\n"
@@ -87,6 +100,7 @@ struct ingest_args {
 	bool quiet, reg;
 	double duration, idle_s;
 	uint64_t count;
+	struct pdma_ingest_zmq_opts zmq;
 };
 
 /* Parse and check: 0 to run, 1 after --help, 2 after a one-line error. */
@@ -118,6 +132,11 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 		{ "cuda-device", required_argument, NULL, 'g' },
 		{ "deframer", required_argument, NULL, 'D' },
 		{ "revoke-after", required_argument, NULL, 'V' },
+		{ "zmq", required_argument, NULL, 'Z' },
+		{ "zmq-format", required_argument, NULL, 'F' },
+		{ "zmq-tags", no_argument, NULL, 'T' },
+		{ "zmq-wait", required_argument, NULL, 'W' },
+		{ "zmq-policy", required_argument, NULL, 'Y' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -127,6 +146,8 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 	static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
 	static const char *const bufsizes[] = { "2048", "4096", NULL };
 	static const char *const rxs[] = { "recvmmsg", "io_uring", NULL };
+	static const char *const zfmts[] = { "ci16", "cf32", NULL };
+	static const char *const zpols[] = { "drop-oldest", "backpressure", NULL };
 	struct pdma_ingest_config *c = &a->c;
 	struct pdma_opt o;
 	uint32_t u, idle_ms;
@@ -201,6 +222,11 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 				c->nic_deframer = (enum pdma_nic_deframer)k;
 			break;
 		case 'V': bad = pdma_opt_u64(&o, 1, UINT64_MAX, &c->nic.revoke_after); break;
+		case 'Z': bad = pdma_opt_str(&o, &a->zmq.endpoint); break;
+		case 'F': bad = pdma_opt_choice(&o, zfmts, &a->zmq.format); break;
+		case 'T': a->zmq.tags = true; break;
+		case 'W': bad = pdma_opt_u32(&o, 1, 1024, &a->zmq.wait); break;
+		case 'Y': bad = pdma_opt_choice(&o, zpols, &a->zmq.policy); break;
 		case 'h': usage(stdout); return 1;
 		default: return 2; /* getopt_long said why, in one line */
 		}
@@ -318,11 +344,29 @@ int pdma_cmd_ingest(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	struct pdma_ingest_zmq *zmq = NULL;
+	if (a.zmq.endpoint) {
+		/* The public API's block defaults (pdma_ingest_attr_init): 64
+		 * packets a block, published one block behind the newest packet
+		 * or 100 ms after the last datagram, 16 pool buffers a stream. */
+		ret = pdma_ingest_enable_blocks(ing, 64, 1, 16, 100);
+		if (ret) {
+			fprintf(stderr, "peerdma ingest: --zmq: blocks: %s%s\n", strerror(-ret),
+				ret == -EINVAL ? " (--out-packets: a multiple of 64, at least 192)"
+				: ret == -EOPNOTSUPP ? " on this path (--path nic: with --deframer cpu)" : "");
+			status = 1;
+			goto out_ing;
+		}
+		if (pdma_ingest_zmq_begin(&zmq, ing, &a.zmq, c.dfr.sample_rate, quiet, &got_signal)) {
+			status = 1;
+			goto out_ing;
+		}
+	}
 	ret = pdma_ingest_start(ing);
 	if (ret) {
 		fprintf(stderr, "peerdma ingest: start: %s\n", strerror(-ret));
 		status = 1;
-		goto out_ing;
+		goto out_zmq;
 	}
 	if (!quiet && c.path == PDMA_RX_NIC) {
 		json_t *nj = pdma_ingest_json(ing, 0);
@@ -354,7 +398,8 @@ int pdma_cmd_ingest(int argc, char **argv)
 			t_last = now;
 		}
 		if ((duration > 0 && now - t0 >= duration) || (count && t.datagrams >= count) ||
-		    (idle_s > 0 && last_n && now - t_last >= idle_s) || pdma_ingest_ended(ing))
+		    (idle_s > 0 && last_n && now - t_last >= idle_s) || pdma_ingest_ended(ing) ||
+		    (zmq && pdma_ingest_zmq_failed(zmq)))
 			break;
 	}
 	ret = pdma_ingest_stop(ing);
@@ -367,6 +412,12 @@ int pdma_cmd_ingest(int argc, char **argv)
 		status = 1;
 	}
 	json_t *j = pdma_ingest_json(ing, now_s() - t0);
+	if (zmq) {
+		/* the stop published every open block: drain them to the subscribers */
+		if (pdma_ingest_zmq_finish(zmq, j, &got_signal))
+			status = 1;
+		zmq = NULL;
+	}
 	if (!quiet) {
 		const json_t *streams = json_object_get(j, "streams");
 		fprintf(stderr, "%-10s %10s %8s %8s %8s %8s %8s %8s\n", "stream", "received", "lost", "dup",
@@ -397,6 +448,11 @@ int pdma_cmd_ingest(int argc, char **argv)
 		}
 	}
 	json_decref(j);
+out_zmq:
+	if (zmq) {
+		pdma_ingest_stop(ing);
+		pdma_ingest_zmq_finish(zmq, NULL, &got_signal);
+	}
 out_ing:
 	pdma_ingest_close(ing);
 out_dom:

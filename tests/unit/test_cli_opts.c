@@ -51,6 +51,8 @@ static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
 static const char *const bufsizes[] = { "2048", "4096", NULL };
 static const char *const rxs[] = { "recvmmsg", "io_uring", NULL };
 static const char *const benches[] = { "reg", "dma", "all", NULL };
+static const char *const zfmts[] = { "ci16", "cf32", NULL };
+static const char *const zpols[] = { "drop-oldest", "backpressure", NULL };
 
 static const struct optspec gen_opts[] = {
 	{ "host", 'H', IPV4, NULL },       { "port", 'p', UINT, NULL },
@@ -85,6 +87,9 @@ static const struct optspec ingest_opts[] = {
 	{ "nic-buf-size", 0, CHOICE, bufsizes }, { "kernel-device", 0, STR, NULL },
 	{ "cuda-device", 0, UINT, NULL },   { "deframer", 0, CHOICE, dfrs },
 	{ "revoke-after", 0, UINT, NULL },
+	{ "zmq", 0, STR, NULL },            { "zmq-format", 0, CHOICE, zfmts },
+	{ "zmq-tags", 0, FLAG, NULL },      { "zmq-wait", 0, UINT, NULL },
+	{ "zmq-policy", 0, CHOICE, zpols },
 	{ NULL, 0, FLAG, NULL },
 };
 
