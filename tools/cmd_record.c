@@ -32,7 +32,7 @@ struct record {
 	_Atomic bool quit;
 	/* the writer thread's, read after the join */
 	uint64_t blocks, refused;
-	int werr, nerr;
+	int werr;
 	double t_first, t_done;   /* first block taken, last block written */
 };
 

@@ -88,30 +88,19 @@ static const struct optspec ingest_opts[] = {
 	{ NULL, 0, FLAG, NULL },
 };
 
-/* peerdma record: its own options, then every one of ingest's. */
+/* peerdma record: its own options, then every one of ingest's (filled in by
+ * setup: ingest's table is the one above). */
 static const char *const policies[] = { "drop-oldest", "backpressure", NULL };
-static const struct optspec record_opts[] = {
+static const struct optspec record_own[] = {
 	{ "dir", 0, STR, NULL },            { "prefix", 0, STR, NULL },
 	{ "stream", 0, UINT, NULL },        { "policy", 0, CHOICE, policies },
 	{ "depth", 0, UINT, NULL },         { "block-packets", 0, UINT, NULL },
 	{ "pool-blocks", 0, UINT, NULL },   { "late-blocks", 0, UINT, NULL },
 	{ "flush-idle", 0, UINT, NULL },    { "buffer", 0, UINT, NULL },
 	{ "no-sync", 0, FLAG, NULL },       { "description", 0, STR, NULL },
-	{ "port", 'p', UINT, NULL },        { "bind", 'b', IPV4, NULL },
-	{ "threads", 't', UINT, NULL },     { "path", 0, CHOICE, paths },
-	{ "ring-slots", 0, UINT, NULL },    { "slot-size", 0, UINT, NULL },
-	{ "batch", 0, UINT, NULL },         { "rx", 0, CHOICE, rxs },
-	{ "chunk", 0, UINT, NULL },         { "no-register", 0, FLAG, NULL },
-	{ "sample-rate", 0, UINT, NULL },   { "max-streams", 0, UINT, NULL },
-	{ "out-packets", 0, UINT, NULL },   { "duration", 'd', DBL, NULL },
-	{ "count", 'c', UINT, NULL },       { "idle", 'i', UINT, NULL },
-	{ "json", 'j', STR, NULL },         { "quiet", 'q', FLAG, NULL },
-	{ "nic", 0, STR, NULL },            { "nic-bufs", 0, UINT, NULL },
-	{ "nic-buf-size", 0, CHOICE, bufsizes }, { "kernel-device", 0, STR, NULL },
-	{ "cuda-device", 0, UINT, NULL },   { "deframer", 0, CHOICE, dfrs },
-	{ "revoke-after", 0, UINT, NULL },
 	{ NULL, 0, FLAG, NULL },
 };
+static struct optspec record_opts[64];
 
 static const struct optspec bench_opts[] = {
 	{ "json", 'j', STR, NULL }, { "iters", 'n', UINT, NULL }, { NULL, 0, FLAG, NULL },
@@ -330,7 +319,14 @@ static int names_something(const struct cmdspec *c, int argc, char **argv, const
 
 static int setup(void **state)
 {
+	size_t n = 0;
+
 	(void)state;
+	for (const struct optspec *o = record_own; o->lng; o++)
+		record_opts[n++] = *o;
+	for (const struct optspec *o = ingest_opts; o->lng; o++)
+		record_opts[n++] = *o;
+	record_opts[n] = (struct optspec){ NULL, 0, FLAG, NULL };
 	cap = tmpfile();
 	return cap ? 0 : -1;
 }

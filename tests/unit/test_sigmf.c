@@ -178,18 +178,13 @@ static void test_skips_and_frequency(void **state)
 	make(&k, 7, 2, 0); /* block 1 dropped */
 	k.b.ctx_fields = 0;
 	assert_int_equal(pdma_sigmf_write(w, &k.b), 0);
-	make(&k, 7, 3, 0);
-	k.b.ctx_fields = PDMA_CTX_RF_FREQ;
-	k.b.ctx_rf_freq = 915e6;
-	assert_int_equal(pdma_sigmf_write(w, &k.b), 0);
-	make(&k, 7, 4, 0);
-	k.b.ctx_fields = PDMA_CTX_RF_FREQ;
-	k.b.ctx_rf_freq = 915e6;
-	assert_int_equal(pdma_sigmf_write(w, &k.b), 0);
-	make(&k, 7, 5, 0);
-	k.b.ctx_fields = PDMA_CTX_RF_FREQ;
-	k.b.ctx_rf_freq = 2.4e9;
-	assert_int_equal(pdma_sigmf_write(w, &k.b), 0);
+	/* blocks 3-4 at 915 MHz, block 5 at 2.4 GHz */
+	for (uint64_t seq = 3; seq < 6; seq++) {
+		make(&k, 7, seq, 0);
+		k.b.ctx_fields = PDMA_CTX_RF_FREQ;
+		k.b.ctx_rf_freq = seq < 5 ? 915e6 : 2.4e9;
+		assert_int_equal(pdma_sigmf_write(w, &k.b), 0);
+	}
 	assert_int_equal(pdma_sigmf_finish(w), 0);
 
 	json_t *m = meta(7), *caps = json_object_get(m, "captures");
