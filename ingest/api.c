@@ -105,8 +105,11 @@ int pdma_ingest_open(const struct pdma_ingest_attr *a, struct pdma_ingest **out,
 		break;
 	case PDMA_INGEST_PATH_HOST_STAGED:
 	case PDMA_INGEST_PATH_ZERO_COPY:
-		return fail(msg, msglen, -EOPNOTSUPP,
-			    "blocks from the GPU deframer's window: not yet (use the cpu path)");
+		c.path = a->path == PDMA_INGEST_PATH_HOST_STAGED ? PDMA_RX_HOST_STAGED : PDMA_RX_ZERO_COPY;
+		/* one GPU batch is at most a ring's slots: the window must hold
+		 * a batch beyond the blocks still open (below) */
+		c.ring_slots = 2048;
+		break;
 	case PDMA_INGEST_PATH_NIC:
 		c.path = PDMA_RX_NIC;
 		c.threads = 1;
@@ -121,6 +124,17 @@ int pdma_ingest_open(const struct pdma_ingest_attr *a, struct pdma_ingest **out,
 		break;
 	default:
 		return fail(msg, msglen, -EINVAL, "path: not a pdma_ingest_path_kind");
+	}
+	/* The deframer's window: the blocks still open (late_blocks + 2)
+	 * plus what one batch can add to a stream (the CPU deframer's 256
+	 * slots, a GPU batch's ring) before blocks are published again. */
+	{
+		uint64_t span = c.path == PDMA_RX_CPU || c.path == PDMA_RX_NIC ? 256 : c.ring_slots;
+		uint64_t need = span + (uint64_t)(a->late_blocks + 2) * a->block_packets;
+
+		need = (need + a->block_packets - 1) / a->block_packets * a->block_packets;
+		if (c.dfr.out_pkts < need)
+			c.dfr.out_pkts = (uint32_t)need;
 	}
 	ret = pdma_ingest_open_config(&c, &ing, msg, msglen);
 	if (ret) {

@@ -402,6 +402,11 @@ int pdma_ingest_stop(struct pdma_ingest *ing)
 	return err;
 }
 
+static void gpu_fin(void *arg)
+{
+	pdma_gpu_batch_close(arg);
+}
+
 void pdma_ingest_close(struct pdma_ingest *ing)
 {
 	if (!ing)
@@ -419,8 +424,9 @@ void pdma_ingest_close(struct pdma_ingest *ing)
 		pdma_ring_fini(&t->ring);
 		pdma_rx_sim_dma_close(t->dma); /* after the ring's registration of its memory */
 	}
-	pdma_blocks_close(ing->blocks);
-	pdma_gpu_batch_close(ing->gpu);
+	/* The pools may outlive the session (blocks still held by DLPack
+	 * views); GPU pools need the GPU deframer until then. */
+	pdma_blocks_close(ing->blocks, gpu_fin, ing->gpu);
 	pdma_dfr_fini(&ing->dfr);
 	if (ing->own_eq)
 		pdma_eq_close(ing->own_eq);
@@ -547,10 +553,21 @@ int pdma_ingest_enable_blocks(struct pdma_ingest *ing, uint32_t block_packets, u
 
 	if (ing->started || ing->blocks)
 		return -EBUSY;
-	if (ing->gpu)
-		return -EOPNOTSUPP; /* the window is in device memory */
-	ret = pdma_blocks_open(&ing->blocks, &ing->dfr.cfg, block_packets, late_blocks, pool,
-			       ing->dfr.t.out, NULL);
+	if (ing->gpu) {
+		/* the window is in device memory: pools there too */
+		struct pdma_blk_mem mem;
+		const uint8_t *win;
+
+		if (ing->c.path == PDMA_RX_NIC)
+			return -EOPNOTSUPP; /* frames in GPU memory: no host copy to learn lengths from */
+		ret = pdma_blocks_gpu_mem(ing->gpu, &mem, &win);
+		if (!ret)
+			ret = pdma_blocks_open(&ing->blocks, &ing->dfr.cfg, block_packets, late_blocks,
+					       pool, win, &mem);
+	} else {
+		ret = pdma_blocks_open(&ing->blocks, &ing->dfr.cfg, block_packets, late_blocks, pool,
+				       ing->dfr.t.out, NULL);
+	}
 	if (ret)
 		return ret;
 	ing->flush_idle = flush_idle_ms * 1e-3;

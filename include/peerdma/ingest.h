@@ -39,6 +39,8 @@
  *  - pdma_ingest_attr_init, pdma_sub_attr_init: any thread, no shared state.
  *  - pdma_ingest_open, _start, _stop, _close, _subscribe: from one controlling
  *    thread; pdma_ingest_close only after every subscription is closed.
+ *    Blocks still held then (a DLPack view outliving its session) stay valid:
+ *    the session's pools and GPU memory go with the last release.
  *  - pdma_ingest_stats, pdma_ingest_port, pdma_ingest_ended: any thread.
  *  - pdma_sub_next, pdma_sub_stats: any thread; concurrent pdma_sub_next calls
  *    on one subscription each get distinct blocks.
@@ -76,10 +78,12 @@ enum pdma_sub_policy {
 	 * a full queue drops its oldest block (counted: overruns). Held blocks
 	 * are never touched. */
 	PDMA_SUB_DROP_OLDEST = 0,
-	/* Never drop a block: when the queue is full, or a stream's window has
-	 * no free block, the deframer waits for releases; the receive rings
-	 * then fill and the receive path drops (counted there: ring_overruns,
-	 * socket_drops). Stalls every stream of the session. */
+	/* Never drop a block while the session runs: when the queue is full,
+	 * or a stream's pool has no free buffer, the deframer waits for
+	 * releases; the receive rings then fill and the receive path drops
+	 * (counted there: ring_overruns, socket_drops). Stalls every stream of
+	 * the session. pdma_ingest_stop never waits: blocks that find the
+	 * queue full from then on take the drop-oldest way (overruns). */
 	PDMA_SUB_BACKPRESSURE,
 };
 
@@ -210,6 +214,11 @@ int pdma_sub_next(struct pdma_sub *sub, struct pdma_block **b, int timeout_ms);
 void pdma_sub_stats(struct pdma_sub *sub, struct pdma_sub_stats *s);
 void pdma_sub_close(struct pdma_sub *sub);
 
+/* Copy npackets packets of the block, from packet first_packet, to host
+ * memory dst (npackets * samples_per_packet * bytes_per_sample bytes),
+ * after the block's event where it has one: how a consumer that does not
+ * link CUDA reads a GPU block. -EINVAL out of range, -EIO on a CUDA error. */
+int pdma_block_read(const struct pdma_block *b, uint32_t first_packet, uint32_t npackets, void *dst);
 void pdma_block_retain(struct pdma_block *b);
 /* Drops a reference; the last one gives the positions back to the window. */
 void pdma_block_release(struct pdma_block *b);

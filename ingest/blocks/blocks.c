@@ -32,6 +32,14 @@ static int host_zero(void *arg, void *dst, size_t n)
 	return 0;
 }
 
+static int host_read(void *arg, void *dst, const void *src, size_t n, void *event)
+{
+	(void)arg;
+	(void)event;
+	memcpy(dst, src, n);
+	return 0;
+}
+
 static int host_alloc(void *arg, size_t n, void **p)
 {
 	(void)arg;
@@ -60,13 +68,15 @@ int pdma_blocks_open(struct pdma_blocks **out, const struct pdma_dfr_config *cfg
 	size_t nbuf;
 	int ret;
 
-	if (!block_packets || cfg->out_pkts % block_packets || pool_blocks < 2 ||
-	    cfg->bytes_per_sample != 4 || cfg->max_payload % 4 ||
-	    (uint64_t)(late_blocks + 2) * block_packets > cfg->out_pkts)
-		return -EINVAL;
 	bl = calloc(1, sizeof(*bl));
-	if (!bl)
-		return -ENOMEM;
+	if (!bl || !block_packets || cfg->out_pkts % block_packets || pool_blocks < 2 ||
+	    cfg->bytes_per_sample != 4 || cfg->max_payload % 4 ||
+	    (uint64_t)(late_blocks + 2) * block_packets > cfg->out_pkts) {
+		free(bl);
+		if (mem && mem->fini)
+			mem->fini(mem->arg);
+		return bl ? -EINVAL : -ENOMEM;
+	}
 	bl->cfg = *cfg;
 	bl->B = block_packets;
 	bl->late = late_blocks;
@@ -77,7 +87,7 @@ int pdma_blocks_open(struct pdma_blocks **out, const struct pdma_dfr_config *cfg
 		bl->mem = *mem;
 	} else {
 		bl->mem = (struct pdma_blk_mem){ .kind = PDMA_BLOCK_HOST, .copy = host_copy_swap16,
-						 .zero = host_zero, .alloc = host_alloc,
+						 .zero = host_zero, .read = host_read, .alloc = host_alloc,
 						 .free = host_free };
 	}
 	pthread_mutex_init(&bl->lock, NULL);
@@ -114,25 +124,53 @@ int pdma_blocks_open(struct pdma_blocks **out, const struct pdma_dfr_config *cfg
 	*out = bl;
 	return 0;
 err:
-	pdma_blocks_close(bl);
+	pdma_blocks_free(bl);
 	return ret;
 }
 
-void pdma_blocks_close(struct pdma_blocks *bl)
+void pdma_blocks_close(struct pdma_blocks *bl, void (*fin)(void *arg), void *fin_arg)
 {
-	if (!bl)
+	bool now;
+
+	if (!bl) {
+		if (fin)
+			fin(fin_arg);
 		return;
+	}
+	pthread_mutex_lock(&bl->lock);
+	bl->fin = fin;
+	bl->fin_arg = fin_arg;
+	now = bl->held_total == 0;
+	bl->closing = true;
+	pthread_mutex_unlock(&bl->lock);
+	if (now)
+		pdma_blocks_free(bl);
+}
+
+void pdma_blocks_free(struct pdma_blocks *bl)
+{
+	void (*fin)(void *arg) = bl->fin;
+	void *fin_arg = bl->fin_arg;
+
 	pdma_blocks_free_subs(bl);
 	if (bl->st)
 		for (uint32_t i = 0; i < bl->cfg.max_streams; i++)
 			free(bl->st[i].ptag);
+	if (bl->blk_mem && bl->mem.event_destroy)
+		for (size_t i = 0; i < (size_t)bl->cfg.max_streams * bl->pool; i++)
+			if (blk_at(bl, i)->pub.cuda_event)
+				bl->mem.event_destroy(bl->mem.arg, blk_at(bl, i)->pub.cuda_event);
 	if (bl->pool_mem)
 		bl->mem.free(bl->mem.arg, bl->pool_mem);
+	if (bl->mem.fini)
+		bl->mem.fini(bl->mem.arg);
 	free(bl->st);
 	free(bl->blk_mem);
 	pthread_cond_destroy(&bl->room);
 	pthread_mutex_destroy(&bl->lock);
 	free(bl);
+	if (fin)
+		fin(fin_arg);
 }
 
 /* A CIF0 frequency-like field: 64-bit two's complement, radix point at bit
@@ -187,6 +225,7 @@ void pdma_blocks_observe(void *arg, const struct pdma_dfr_desc *d, uint32_t payl
 				return;
 		}
 		s->have = true;
+		atomic_fetch_add_explicit(&bl->streams, 1, memory_order_relaxed);
 		s->stream_id = d->stream_id;
 		s->next = d->pkt;
 		s->high = d->pkt;
@@ -230,6 +269,7 @@ static void publish_one(struct pdma_blocks *bl, uint32_t idx, uint64_t from, uin
 		return;
 	}
 	memset(b->mask, 0, (bl->B + 63) / 64 * sizeof(uint64_t));
+	int err = 0;
 	/* The block's positions are consecutive (block_packets divides
 	 * out_pkts): one copy per run of present packets. */
 	for (uint32_t i = 0; i < n;) {
@@ -242,18 +282,26 @@ static void publish_one(struct pdma_blocks *bl, uint32_t idx, uint64_t from, uin
 		uint8_t *dst = (uint8_t *)b->pub.data + (size_t)i * s->plen;
 		size_t len = (size_t)(j - i) * s->plen;
 		if (here) {
-			bl->mem.copy(bl->mem.arg, dst, win + (size_t)(p % out) * s->plen, len);
+			err = err ? err : bl->mem.copy(bl->mem.arg, dst, win + (size_t)(p % out) * s->plen, len);
 		} else {
-			bl->mem.zero(bl->mem.arg, dst, len);
+			err = err ? err : bl->mem.zero(bl->mem.arg, dst, len);
 			for (uint32_t k = i; k < j; k++)
 				b->mask[k / 64] |= 1ull << (k % 64);
 			gaps += j - i;
 		}
 		i = j;
 	}
-	b->pub.cuda_event = NULL;
-	if (bl->mem.fence)
-		bl->mem.fence(bl->mem.arg, &b->pub.cuda_event);
+	/* GPU: one event per buffer, recorded again at each use */
+	if (!err && bl->mem.fence)
+		err = bl->mem.fence(bl->mem.arg, &b->pub.cuda_event);
+	if (err) {
+		/* a failed copy: the block never reaches anyone */
+		pthread_mutex_lock(&bl->lock);
+		pdma_blocks_put_buf(bl, b);
+		pthread_mutex_unlock(&bl->lock);
+		atomic_fetch_add_explicit(&bl->window_drops, n, memory_order_relaxed);
+		return;
+	}
 	b->pub.stream_id = s->stream_id;
 	b->pub.samples_per_packet = s->spp;
 	b->pub.first_sample = from * s->spp;
@@ -342,4 +390,5 @@ void pdma_blocks_stats(struct pdma_blocks *bl, struct pdma_ingest_stats *s)
 	s->late = atomic_load(&bl->late_pkts);
 	s->blocks_published = atomic_load(&bl->published);
 	s->gap_packets = atomic_load(&bl->gap_packets);
+	s->streams = atomic_load(&bl->streams);
 }

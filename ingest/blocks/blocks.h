@@ -92,8 +92,12 @@ struct pdma_blk_mem {
 	int (*fence)(void *arg, void **event);
 	/* make a CUDA stream wait for a publication's event */
 	int (*stream_wait)(void *arg, intptr_t stream, void *event);
+	void (*event_destroy)(void *arg, void *event);
+	/* n bytes of a block to host memory dst, once its event has completed */
+	int (*read)(void *arg, void *dst, const void *src, size_t n, void *event);
 	int (*alloc)(void *arg, size_t n, void **p);
 	void (*free)(void *arg, void *p);
+	void (*fini)(void *arg);   /* at close, last (may be NULL) */
 	void *arg;
 };
 
@@ -113,8 +117,13 @@ struct pdma_blocks {
 	bool any_backpressure;
 	atomic_bool stopping;     /* flush at stop: no waits */
 	bool started;
+	uint64_t held_total;      /* consumer references out (all subscriptions) */
+	bool closing;             /* closed with blocks held: the last release frees */
+	void (*fin)(void *arg);   /* ... and then calls this (the session's GPU deframer) */
+	void *fin_arg;
 	/* counters (the deframer's thread writes, any reads) */
 	_Atomic uint64_t published, gap_packets, late_pkts, window_drops, placed;
+	_Atomic uint32_t streams;
 };
 
 /* window: the deframer's output (pdma_dfr_tables.out), host or device
@@ -122,7 +131,14 @@ struct pdma_blocks {
 int pdma_blocks_open(struct pdma_blocks **bl, const struct pdma_dfr_config *cfg, uint32_t block_packets,
 		     uint32_t late_blocks, uint32_t pool_blocks, const uint8_t *window,
 		     const struct pdma_blk_mem *mem);
-void pdma_blocks_close(struct pdma_blocks *bl);
+/* Frees the blocks layer, or, while consumers still hold blocks (DLPack
+ * views may outlive the session), marks it closing: the last
+ * pdma_block_release frees it. fin(fin_arg) runs after the free, whenever
+ * that is (the session closes the GPU deframer there, whose memory the pools
+ * are). */
+void pdma_blocks_close(struct pdma_blocks *bl, void (*fin)(void *arg), void *fin_arg);
+/* The free itself (lock not held, nothing held). */
+void pdma_blocks_free(struct pdma_blocks *bl);
 /* The accounting observer (acct.h): one descriptor, its datagram when in
  * host memory (context fields, payload length) else NULL. */
 void pdma_blocks_observe(void *bl, const struct pdma_dfr_desc *d, uint32_t payload_len,
@@ -148,9 +164,15 @@ uint32_t pdma_blocks_deliver(struct pdma_blocks *bl, struct pdma_blk *b);
  * none can be had without waiting on a drop-oldest-only stream. */
 struct pdma_blk *pdma_blocks_get_buf(struct pdma_blocks *bl, uint32_t idx);
 bool pdma_blocks_wanted(struct pdma_blocks *bl, uint32_t stream_id);
+/* A buffer from pdma_blocks_get_buf back to the pool unused (lock held). */
+void pdma_blocks_put_buf(struct pdma_blocks *bl, struct pdma_blk *b);
 void pdma_blocks_end_subs(struct pdma_blocks *bl);
 void pdma_blocks_start(struct pdma_blocks *bl);
 void pdma_blocks_free_subs(struct pdma_blocks *bl);
+/* The GPU deframer's window as a block source (gpu_mem.c): *mem's
+ * operations, *window its device address. */
+struct pdma_gpu_batch;
+int pdma_blocks_gpu_mem(struct pdma_gpu_batch *gb, struct pdma_blk_mem *mem, const uint8_t **window);
 /* A consumer's CUDA stream waits for block b's event (dlpack.c). */
 int pdma_blocks_stream_wait(struct pdma_block *b, intptr_t stream);
 

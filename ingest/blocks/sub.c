@@ -108,25 +108,27 @@ struct pdma_blk *pdma_blocks_get_buf(struct pdma_blocks *bl, uint32_t idx)
 			pthread_cond_wait(&bl->room, &bl->lock);
 			continue;
 		}
-		/* Drop-oldest: the stream's oldest block still queued (not
-		 * taken) leaves every queue it is in. */
-		struct pdma_blk *old = NULL;
-		for (struct pdma_sub *sub = bl->subs; sub; sub = sub->next)
-			for (uint32_t i = 0; i < sub->qlen; i++) {
-				struct pdma_blk *b = q_at(sub, i);
-				if (b->stream == idx && (!old || b->pub.seq < old->pub.seq))
-					old = b;
-			}
-		if (!old)
-			return NULL; /* every buffer held by a consumer */
-		for (struct pdma_sub *sub = bl->subs; sub; sub = sub->next)
+		/* Drop-oldest: the subscription that queues most (the slowest)
+		 * loses its oldest block of this stream; the others keep
+		 * theirs. Repeated until a buffer comes free. */
+		struct pdma_sub *victim = NULL;
+		uint32_t vi = 0;
+		for (struct pdma_sub *sub = bl->subs; sub; sub = sub->next) {
+			if (victim && sub->qlen <= victim->qlen)
+				continue;
 			for (uint32_t i = 0; i < sub->qlen; i++)
-				if (q_at(sub, i) == old) {
-					q_remove(sub, i);
-					sub->st.overruns++;
-					blk_put(bl, old);
+				if (q_at(sub, i)->stream == idx) {
+					victim = sub;
+					vi = i;
 					break;
 				}
+		}
+		if (!victim)
+			return NULL; /* every buffer held by a consumer */
+		struct pdma_blk *old = q_at(victim, vi);
+		q_remove(victim, vi);
+		victim->st.overruns++;
+		blk_put(bl, old);
 	}
 }
 
@@ -157,12 +159,15 @@ uint32_t pdma_blocks_deliver(struct pdma_blocks *bl, struct pdma_blk *b)
 		n++;
 		pthread_cond_signal(&sub->avail);
 	}
-	if (!n) {
-		/* nobody took it: back to the pool */
-		atomic_store(&b->refs, 1);
-		blk_put(bl, b);
-	}
+	if (!n)
+		pdma_blocks_put_buf(bl, b); /* nobody took it */
 	return n;
+}
+
+void pdma_blocks_put_buf(struct pdma_blocks *bl, struct pdma_blk *b)
+{
+	atomic_store(&b->refs, 1);
+	blk_put(bl, b);
 }
 
 void pdma_blocks_end_subs(struct pdma_blocks *bl)
@@ -210,6 +215,7 @@ static int next_locked(struct pdma_sub *sub, struct pdma_block **out, int timeou
 	r->sub = sub;
 	atomic_store(&r->refs, 1);
 	sub->held++;
+	bl->held_total++;
 	sub->st.delivered++;
 	pthread_cond_broadcast(&bl->room); /* queue room (backpressure) */
 	*out = &r->pub;
@@ -364,7 +370,25 @@ void pdma_block_release(struct pdma_block *b)
 	pthread_mutex_lock(&bl->lock);
 	r->sub->held--;
 	blk_put(bl, r->blk);
+	bool last = --bl->held_total == 0 && bl->closing;
 	pthread_mutex_unlock(&bl->lock);
+	if (last)
+		pdma_blocks_free(bl); /* the session was closed before this view died */
+}
+
+int pdma_block_read(const struct pdma_block *b, uint32_t first_packet, uint32_t npackets, void *dst)
+{
+	const struct sub_ref *r = (const struct sub_ref *)b;
+
+	if (!b || !dst || first_packet > b->npackets || npackets > b->npackets - first_packet)
+		return -EINVAL;
+	const struct pdma_blk_mem *m = &r->sub->bl->mem;
+	size_t pkt = (size_t)b->samples_per_packet * b->bytes_per_sample;
+
+	if (!npackets)
+		return 0;
+	return m->read(m->arg, dst, (const uint8_t *)b->data + first_packet * pkt, npackets * pkt,
+		       b->cuda_event);
 }
 
 int pdma_blocks_stream_wait(struct pdma_block *b, intptr_t stream)

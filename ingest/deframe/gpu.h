@@ -45,8 +45,9 @@
 #include "deframe.h"
 
 /* 5: the measurement entry points moved to the benchmark module
- * (bench/ingest/gpu_bench.h). 6: run_frames (frame rings). */
-#define PDMA_GPU_API_VERSION 6
+ * (bench/ingest/gpu_bench.h). 6: run_frames (frame rings). 7: blk_* (sample
+ * blocks). */
+#define PDMA_GPU_API_VERSION 7
 
 struct pdma_gpu_dfr;
 
@@ -96,14 +97,31 @@ struct pdma_gpu_ops {
 	 * setting, on streams. Synchronous. */
 	int (*run_frames)(struct pdma_gpu_dfr *g, const struct pdma_frm_cfg *fc, const void *base,
 			  const struct pdma_frame *frames, uint32_t n, struct pdma_dfr_desc *desc);
+	/* Sample blocks (ingest/blocks/): the device tables' addresses (the
+	 * window is t->out); n bytes (a multiple of 4, 4-byte aligned) copied
+	 * with each 16-bit word byte-swapped, or zeroed, asynchronously on the
+	 * deframer's stream; an event after them (created when *event is NULL,
+	 * then recorded again), before which no later batch runs; a consumer's
+	 * stream (any thread) made to wait on such an event. */
+	int (*blk_tables)(struct pdma_gpu_dfr *g, struct pdma_dfr_tables *t);
+	int (*blk_copy)(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n);
+	int (*blk_zero)(struct pdma_gpu_dfr *g, void *dst, size_t n);
+	int (*blk_fence)(struct pdma_gpu_dfr *g, void **event);
+	int (*blk_stream_wait)(struct pdma_gpu_dfr *g, intptr_t stream, void *event);
+	void (*blk_event_destroy)(struct pdma_gpu_dfr *g, void *event);
+	/* n bytes of device memory to host memory, after event (any thread) */
+	int (*blk_read)(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n, void *event);
 };
 
 typedef int (*pdma_vrt_cuda_api_fn)(struct pdma_gpu_ops *ops, uint32_t version);
 
 /* Loads the module when a CUDA device exists: -ENODEV no device/driver,
  * -ENOENT module not found (not built), -EPROTO version mismatch. The search
- * order: $PEERDMA_VRT_CUDA, next to the running executable, then one and two
- * directories up (build tree layout), then the loader path. */
+ * order: $PEERDMA_VRT_CUDA; beside the object that holds this loader (an
+ * installed libpeerdma_ingest.so: the module is installed into the same
+ * libdir); the running executable's install (bindir -> libdir); next to the
+ * executable and one and two directories up (build tree layout); then the
+ * loader path. */
 int pdma_gpu_load(struct pdma_gpu_ops *ops, void **handle);
 /* The same for another build of the module (the benchmarks' one, which adds
  * its measurement entry points): file name module, environment override env. */

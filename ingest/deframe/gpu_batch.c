@@ -173,3 +173,9 @@ const char *pdma_gpu_batch_kernel(struct pdma_gpu_batch *b)
 {
 	return b->ops.kernel_name(b->dfr);
 }
+
+const struct pdma_gpu_ops *pdma_gpu_batch_ops(struct pdma_gpu_batch *b, struct pdma_gpu_dfr **g)
+{
+	*g = b->dfr;
+	return &b->ops;
+}

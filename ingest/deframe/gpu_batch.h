@@ -72,6 +72,11 @@ int pdma_gpu_batch_finish(struct pdma_gpu_batch *b, struct pdma_dfr *d);
 /* The launch mode in effect ("graph" or "stream": a failed graph falls back
  * to streams) and the kernel's name. */
 const char *pdma_gpu_batch_launch_name(struct pdma_gpu_batch *b);
+/* The module's operations and the deframer handle they take (the sample
+ * blocks' copies out of the device window: blocks/gpu_mem.c). */
+struct pdma_gpu_ops;
+struct pdma_gpu_dfr;
+const struct pdma_gpu_ops *pdma_gpu_batch_ops(struct pdma_gpu_batch *b, struct pdma_gpu_dfr **g);
 const char *pdma_gpu_batch_kernel(struct pdma_gpu_batch *b);
 
 #endif /* PDMA_INGEST_DEFRAME_GPU_BATCH_H */

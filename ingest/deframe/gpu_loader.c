@@ -38,18 +38,48 @@ int pdma_gpu_load(struct pdma_gpu_ops *ops, void **handle)
 	return pdma_gpu_load_module(MODULE, "PEERDMA_VRT_CUDA", ops, handle);
 }
 
+/* dir/rel/module */
+static void *try_dir(const char *dir, const char *rel, const char *module)
+{
+	char path[PATH_MAX * 2];
+
+	snprintf(path, sizeof(path), "%s/%s%s%s", dir, rel, *rel ? "/" : "", module);
+	return try_open(path);
+}
+
+#ifndef PDMA_BIN_TO_LIB
+#define PDMA_BIN_TO_LIB "../lib"
+#endif
+
 int pdma_gpu_load_module(const char *module, const char *env, struct pdma_gpu_ops *ops, void **handle)
 {
 	char exe[PATH_MAX];
 	void *h = NULL;
+	Dl_info di;
 
 	if (!cuda_device_present())
 		return -ENODEV;
 	h = try_open(getenv(env));
+	/* Beside the object this loader is in: an installed
+	 * libpeerdma_ingest.so and the module share the libdir. Then the
+	 * executable's install, and the build tree's layout. */
+	if (!h && dladdr((void *)pdma_gpu_load_module, &di) && di.dli_fname && strchr(di.dli_fname, '/')) {
+		char dir[PATH_MAX];
+
+		snprintf(dir, sizeof(dir), "%s", di.dli_fname);
+		*strrchr(dir, '/') = 0;
+		h = try_dir(dir, "", module);
+	}
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (!h && n > 0) {
 		exe[n] = 0;
 		char *slash = strrchr(exe, '/');
+		/* the installed tool (statically linked): its install's libdir */
+		if (slash) {
+			*slash = 0;
+			h = try_dir(exe, PDMA_BIN_TO_LIB, module);
+			*slash = '/';
+		}
 		for (int up = 0; !h && slash && up < 3; up++) {
 			char path[PATH_MAX + 64];
 

@@ -55,6 +55,19 @@ int pdma_ingest_demo(FILE *out)
 		(unsigned long long)r.totals.datagrams, r.seconds, r.rate_pps, r.attempts,
 		(unsigned long long)r.totals.socket_drops, (unsigned long long)r.totals.ring_overruns,
 		r.match ? "yes" : "NO");
+	if (r.blocks_on) {
+		uint64_t pk = 0, gp = 0, bad = 0;
+		for (uint32_t i = 0; i < r.streams; i++) {
+			pk += r.s[i].block_packets;
+			gp += r.s[i].block_gaps;
+			bad += r.s[i].block_errors;
+		}
+		fprintf(out, "a subscriber (include/peerdma/ingest.h) took %llu blocks while they arrived: "
+			     "%llu packets, %llu of them gaps (zeros) where gen lost, samples equal to "
+			     "gen's: %s\n",
+			(unsigned long long)r.blocks, (unsigned long long)pk, (unsigned long long)gp,
+			bad ? "NO" : "yes");
+	}
 	fprintf(out, "(4-bit cnt: what the 4-bit packet count alone would call lost: blind to every "
 		     "16-packet burst, fooled by each swap; exact accounting uses the sample-count "
 		     "timestamps)\n");

@@ -3,6 +3,7 @@
  * the generator injected with what the receiver detected, per stream. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +15,7 @@ struct sender {
 	struct pdma_gen_send_opts o;
 	double seconds;
 	int ret;
+	atomic_bool done;
 };
 
 static double now_s(void)
@@ -29,7 +31,52 @@ static void *send_main(void *arg)
 	double t0 = now_s();
 	s->ret = pdma_gen_send(s->g, &s->o);
 	s->seconds = now_s() - t0;
+	atomic_store(&s->done, true);
 	return NULL;
+}
+
+/* A subscriber's block against the generator: every sample in host order,
+ * zeros at gaps (struct pdma_loopback_stream's block_* counts). */
+static void check_block(struct pdma_block *b, const struct pdma_gen_config *gc,
+			struct pdma_loopback_result *res, uint8_t **buf, size_t *cap)
+{
+	uint32_t i = b->stream_id - gc->stream_id_base;
+	size_t bytes = b->nsamples * b->bytes_per_sample;
+
+	res->blocks++;
+	if (i >= gc->streams)
+		return;
+	struct pdma_loopback_stream *ls = &res->s[i];
+	const int16_t *iq = b->data;
+	if (b->mem != PDMA_BLOCK_HOST) {
+		if (bytes > *cap) {
+			uint8_t *n = realloc(*buf, bytes);
+			if (!n) {
+				ls->block_errors += b->npackets;
+				return;
+			}
+			*buf = n;
+			*cap = bytes;
+		}
+		if (pdma_block_read(b, 0, b->npackets, *buf)) {
+			ls->block_errors += b->npackets;
+			return;
+		}
+		iq = (const int16_t *)*buf;
+	}
+	for (uint32_t p = 0; p < b->npackets; p++) {
+		bool gap = (b->gap_mask[p / 64] >> (p % 64)) & 1;
+		for (uint32_t k = 0; k < b->samples_per_packet; k++) {
+			uint64_t n = (uint64_t)p * b->samples_per_packet + k;
+			uint32_t w = gap ? 0 : pdma_gen_sample(b->stream_id, b->first_sample + n);
+			if (iq[2 * n] != (int16_t)(w >> 16) || iq[2 * n + 1] != (int16_t)(w & 0xffff)) {
+				ls->block_errors++;
+				break;
+			}
+		}
+		ls->block_gaps += gap;
+	}
+	ls->block_packets += b->npackets;
 }
 
 /* Check every filled output position of a stream against the generator's
@@ -55,10 +102,13 @@ static void verify_content(const struct pdma_dfr *d, uint32_t idx, uint32_t id,
 }
 
 static int run_once(const struct pdma_gen_config *gc, const struct pdma_ingest_config *ic,
-		    double rate, struct pdma_loopback_result *res)
+		    double rate, bool blocks, struct pdma_loopback_result *res)
 {
 	struct pdma_ingest *ing = NULL;
+	struct pdma_sub *sub = NULL;
 	struct sender snd = { 0 };
+	uint8_t *buf = NULL;
+	size_t cap = 0;
 	pthread_t th;
 	int ret;
 
@@ -68,6 +118,20 @@ static int run_once(const struct pdma_gen_config *gc, const struct pdma_ingest_c
 	ret = pdma_gen_open(gc, &snd.g);
 	if (ret)
 		goto out;
+	/* The subscriber: a public-API consumer, where the path gives blocks
+	 * (not the nic path's GPU deframer). Backpressure: it never loses a
+	 * block, so every packet is accounted in its checks. */
+	if (blocks && pdma_ingest_enable_blocks(ing, 64, 1, 16, 100) == 0) {
+		struct pdma_sub_attr sa;
+
+		pdma_sub_attr_init(&sa);
+		sa.policy = PDMA_SUB_BACKPRESSURE;
+		sa.depth = 64;
+		ret = pdma_ingest_subscribe(ing, &sa, &sub);
+		if (ret)
+			goto out;
+		res->blocks_on = true;
+	}
 	snd.o.host = "127.0.0.1";
 	snd.o.port = pdma_ingest_port(ing);
 	snd.o.rate_pps = rate;
@@ -82,10 +146,28 @@ static int run_once(const struct pdma_gen_config *gc, const struct pdma_ingest_c
 		pdma_ingest_stop(ing);
 		goto out;
 	}
+	/* Consume while the sender runs, and on until the session has been
+	 * quiet for 150 ms: pdma_ingest_stop never waits for a subscriber, so
+	 * the blocks must be taken before it. */
+	for (int quiet = 0; sub && quiet < 3;) {
+		struct pdma_block *b;
+
+		if (pdma_sub_next(sub, &b, 50) == 0) {
+			check_block(b, gc, res, &buf, &cap);
+			pdma_block_release(b);
+			quiet = 0;
+		} else if (atomic_load(&snd.done)) {
+			quiet++;
+		}
+	}
 	pthread_join(th, NULL);
 	ret = pdma_ingest_stop(ing);
 	res->seconds = now_s() - t0;
 	res->send_seconds = snd.seconds;
+	for (struct pdma_block *b; sub && pdma_sub_next(sub, &b, 0) == 0;) {
+		check_block(b, gc, res, &buf, &cap);
+		pdma_block_release(b);
+	}
 	if (!ret)
 		ret = snd.ret;
 	if (ret)
@@ -98,7 +180,6 @@ static int run_once(const struct pdma_gen_config *gc, const struct pdma_ingest_c
 	for (uint32_t i = 0; i < gc->streams; i++) {
 		struct pdma_loopback_stream *ls = &res->s[i];
 		uint32_t id = gc->stream_id_base + i;
-		memset(ls, 0, sizeof(*ls));
 		ls->injected = *pdma_gen_injected(snd.g, i);
 		ls->detected.stream_id = id;
 		for (uint32_t k = 0; k < d->cfg.max_streams; k++) {
@@ -113,13 +194,17 @@ static int run_once(const struct pdma_gen_config *gc, const struct pdma_ingest_c
 			    ls->detected.duplicated == ls->injected.duplicated &&
 			    ls->detected.reordered == ls->injected.reordered &&
 			    ls->detected.received == gc->packets - ls->injected.lost &&
-			    ls->content_errors == 0 && ls->checked_packets > 0;
+			    ls->content_errors == 0 && ls->checked_packets > 0 &&
+			    (!res->blocks_on || (ls->block_packets == gc->packets &&
+						 ls->block_gaps == ls->injected.lost && !ls->block_errors));
 		if (!ls->match)
 			res->match = false;
 	}
 	if (res->malformed)
 		res->match = false;
 out:
+	free(buf);
+	pdma_sub_close(sub);
 	pdma_gen_close(snd.g);
 	pdma_ingest_close(ing);
 	return ret;
@@ -137,7 +222,7 @@ int pdma_loopback_once(const struct pdma_gen_config *g, const struct pdma_ingest
 	c.port = 0;
 	res->attempts = 1;
 	res->rate_pps = rate_pps;
-	return run_once(g, &c, rate_pps, res);
+	return run_once(g, &c, rate_pps, false, res);
 }
 
 int pdma_loopback_run(const struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
@@ -154,7 +239,10 @@ int pdma_loopback_run(const struct pdma_gen_config *g, const struct pdma_ingest_
 	c.port = 0;
 	for (res->attempts = 1; res->attempts <= 4; res->attempts++) {
 		res->rate_pps = rate_pps;
-		ret = run_once(g, &c, rate_pps, res);
+		for (uint32_t i = 0; i < g->streams; i++)
+			memset(&res->s[i], 0, sizeof(res->s[i]));
+		res->blocks = 0;
+		ret = run_once(g, &c, rate_pps, true, res);
 		if (ret)
 			break;
 		if (res->totals.socket_drops == 0 && res->totals.ring_overruns == 0)

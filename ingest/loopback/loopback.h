@@ -20,7 +20,12 @@ struct pdma_loopback_stream {
 	struct pdma_stream_stats detected;
 	uint64_t content_errors;  /* output words that differ from what gen sent */
 	uint64_t checked_packets; /* output positions verified */
-	bool match;               /* detected == injected (lost, dup, reordered) */
+	/* What a subscriber (include/peerdma/ingest.h) got, pdma_loopback_run
+	 * only: packets in blocks, gap packets among them, and packets whose
+	 * samples differ from gen's (host order) or are not zero at a gap */
+	uint64_t block_packets, block_gaps, block_errors;
+	bool match;               /* detected == injected (lost, dup, reordered), and
+				   * the blocks hold every packet, gaps where gen lost */
 };
 struct pdma_loopback_result {
 	uint32_t streams;
@@ -31,8 +36,12 @@ struct pdma_loopback_result {
 	uint64_t malformed;
 	bool match;                     /* every stream matches, no content errors */
 	int attempts;
+	uint64_t blocks;                /* blocks the subscriber took (pdma_loopback_run) */
+	bool blocks_on;                 /* ... when the session's path gives blocks */
 };
-/* Runs gen (in a thread) into a fresh ingest session on an ephemeral port.
+/* Runs gen (in a thread) into a fresh ingest session on an ephemeral port,
+ * with a subscriber (backpressure) that checks every block's samples while
+ * they arrive, where the path gives blocks (blocks_on).
  * When the kernel dropped datagrams (socket_drops, ring overruns) the run is
  * repeated at half the rate, up to 4 attempts, since such loss is not the
  * generator's injection. rate_pps 0: unpaced. */

@@ -24,7 +24,6 @@
  */
 #include <errno.h>
 #include <liburing.h>
-#include <linux/sock_diag.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -155,14 +154,6 @@ static int arm(struct pdma_rx_uring *u)
 	return 0;
 }
 
-static void read_drops(struct pdma_rx_uring *u, struct pdma_rx_stats *st)
-{
-	uint32_t mi[SK_MEMINFO_VARS];
-	socklen_t l = sizeof(mi);
-	if (getsockopt(u->fd, SOL_SOCKET, SO_MEMINFO, mi, &l) == 0 && l > SK_MEMINFO_DROPS * sizeof(uint32_t))
-		atomic_store_explicit(&st->socket_drops, mi[SK_MEMINFO_DROPS], memory_order_relaxed);
-}
-
 int pdma_rx_uring_run(struct pdma_rx_uring *u, const atomic_bool *stop, struct pdma_rx_stats *st)
 {
 	struct pdma_ring *r = u->r;
@@ -192,7 +183,7 @@ int pdma_rx_uring_run(struct pdma_rx_uring *u, const atomic_bool *stop, struct p
 		struct io_uring_cqe *cqe;
 		int e = io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
 		if (e == -ETIME || e == -EINTR) {
-			read_drops(u, st);
+			pdma_rx_socket_drops(u->fd, st);
 			if (atomic_load(stop))
 				break; /* drained: nothing for QUIET_NS */
 			continue;
@@ -245,13 +236,13 @@ int pdma_rx_uring_run(struct pdma_rx_uring *u, const atomic_bool *stop, struct p
 			atomic_store_explicit(&r->head, u->done, memory_order_release);
 			since_drops += u->done - first;
 			if (since_drops >= 4096) {
-				read_drops(u, st);
+				pdma_rx_socket_drops(u->fd, st);
 				since_drops = 0;
 			}
 		}
 		if (ret)
 			break;
 	}
-	read_drops(u, st);
+	pdma_rx_socket_drops(u->fd, st);
 	return ret;
 }

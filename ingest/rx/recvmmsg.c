@@ -58,8 +58,10 @@ int pdma_rx_recvmmsg_run(int fd, struct pdma_ring *r, uint32_t batch, struct pdm
 			/* MSG_WAITFORONE returns at least one datagram or fails;
 			 * 0 cannot happen, but must not index msg[-1] below. */
 			if (got == 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-				if (atomic_load(stop))
+				if (atomic_load(stop)) {
+					pdma_rx_socket_drops(fd, st);
 					return 0;
+				}
 				continue;
 			}
 			return -errno;

@@ -36,6 +36,10 @@ struct pdma_rx_stats {
 int pdma_rx_socket_open(const char *bind_addr, uint16_t port, int rcvbuf, int *fd);
 /* The port the socket is bound to (0 if it cannot be read). */
 uint16_t pdma_rx_socket_port(int fd);
+/* The kernel's drop count for the socket now (SO_MEMINFO) into
+ * st->socket_drops. A datagram's SO_RXQ_OVFL says what had been dropped
+ * when it was queued: drops after the last queued datagram show only here. */
+void pdma_rx_socket_drops(int fd, struct pdma_rx_stats *st);
 
 /* ---- recvmmsg.c ---- */
 #define PDMA_RX_MAX_BATCH 256

@@ -4,6 +4,7 @@
  * (a flow always hashes to the same socket, which keeps per-stream order). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -48,4 +49,13 @@ uint16_t pdma_rx_socket_port(int fd)
 	if (getsockname(fd, (struct sockaddr *)&a, &al) < 0)
 		return 0;
 	return ntohs(a.sin_port);
+}
+
+void pdma_rx_socket_drops(int fd, struct pdma_rx_stats *st)
+{
+	uint32_t mi[SK_MEMINFO_VARS];
+	socklen_t l = sizeof(mi);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_MEMINFO, mi, &l) == 0 && l > SK_MEMINFO_DROPS * sizeof(uint32_t))
+		atomic_store_explicit(&st->socket_drops, mi[SK_MEMINFO_DROPS], memory_order_relaxed);
 }

@@ -42,6 +42,11 @@ static void check(const struct pdma_gen_config *g, struct pdma_ingest_config *ic
 		assert_int_equal(s->detected.count_errors, 0);
 		assert_int_equal(s->content_errors, 0);
 		assert_true(s->checked_packets > 0);
+		/* the subscriber's blocks: every packet, gaps where gen lost */
+		assert_true(r.blocks_on);
+		assert_int_equal(s->block_packets, g->packets);
+		assert_int_equal(s->block_gaps, s->injected.lost);
+		assert_int_equal(s->block_errors, 0);
 		assert_true(s->match);
 		inj += s->injected.lost + s->injected.duplicated + s->injected.reordered;
 	}

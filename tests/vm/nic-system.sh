@@ -28,6 +28,16 @@ pins_zero() { # WHEN
 	[ "$p" = 0 ]
 	res $? "no pin left after $1 (live pins ${p:-?})"
 }
+# PID SECONDS: wait for PID, killing it (-9) after SECONDS: a hung ingest
+# must not hold up the rest of the guest's suite; its exit status
+bounded_wait() {
+	( sleep "$2"; kill -9 "$1" 2>/dev/null ) &
+	bw=$!
+	wait "$1"
+	bst=$?
+	kill $bw 2>/dev/null
+	return $bst
+}
 # NAME ARGS...: ingest in the background until it has attached the NIC
 ingest_bg() {
 	n=$1
@@ -66,7 +76,7 @@ host_sync() { # NAME
 if ingest_bg full --nic-bufs 256 --idle 3000 --duration 300; then
 	res 0 "full: ingest attached the NIC to GPU memory pinned by peerdma.ko"
 	pdtest nicctl "RUN full"
-	wait $pid
+	bounded_wait $pid 330
 	st=$?
 	sed 's/^/  /' /tmp/full.err
 	res $st "full: ingest ran to the end (exit status $st)"
@@ -75,14 +85,14 @@ if ingest_bg full --nic-bufs 256 --idle 3000 --duration 300; then
 else
 	res 1 "full: ingest attached the NIC to GPU memory pinned by peerdma.ko"
 	kill $pid 2>/dev/null
-	wait $pid
+	bounded_wait $pid 10
 fi
 pins_zero full
 
 # -- revoke: the application frees the receive memory while the NIC writes
 if ingest_bg revoke --nic-bufs 512 --revoke-after 100 --duration 120; then
 	pdtest nicctl "RUN revoke"
-	wait $pid
+	bounded_wait $pid 150
 	st=$?
 	sed 's/^/  /' /tmp/revoke.err
 	[ $st = 1 ] && grep -q 'was revoked' /tmp/revoke.err
@@ -92,7 +102,7 @@ if ingest_bg revoke --nic-bufs 512 --revoke-after 100 --duration 120; then
 else
 	res 1 "revoke: ingest attached the NIC"
 	kill $pid 2>/dev/null
-	wait $pid
+	bounded_wait $pid 10
 fi
 pins_zero revoke
 
@@ -107,11 +117,11 @@ if ingest_bg kill --nic-bufs 256 --duration 120; then
 	# the NIC is free again: a new attachment receives
 	ingest_bg after-kill --nic-bufs 64 --duration 1
 	res $? "kill: the NIC attaches again after kill -9 of its owner"
-	wait $pid
+	bounded_wait $pid 30
 else
 	res 1 "kill: ingest attached the NIC"
 	kill $pid 2>/dev/null
-	wait $pid
+	bounded_wait $pid 10
 fi
 pins_zero "kill -9"
 

@@ -775,5 +775,12 @@ extern "C" __attribute__((visibility("default"))) int pdma_vrt_cuda_api(struct p
 	ops->set_kernel = dfr_set_kernel;
 	ops->kernel_name = g_kernel_name;
 	ops->run_frames = g_run_frames;
+	ops->blk_tables = dfr_blk_tables;
+	ops->blk_copy = dfr_blk_copy;
+	ops->blk_zero = dfr_blk_zero;
+	ops->blk_fence = dfr_blk_fence;
+	ops->blk_stream_wait = dfr_blk_stream_wait;
+	ops->blk_event_destroy = dfr_blk_event_destroy;
+	ops->blk_read = dfr_blk_read;
 	return 0;
 }

@@ -93,6 +93,15 @@ struct pdma_gpu_dfr {
 		}                                                                         \
 	} while (0)
 
+/* ---- sample blocks (blocks.cu; gpu.h's blk_* ops) ---- */
+int dfr_blk_tables(struct pdma_gpu_dfr *g, struct pdma_dfr_tables *t);
+int dfr_blk_copy(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n);
+int dfr_blk_zero(struct pdma_gpu_dfr *g, void *dst, size_t n);
+int dfr_blk_fence(struct pdma_gpu_dfr *g, void **event);
+int dfr_blk_stream_wait(struct pdma_gpu_dfr *g, intptr_t stream, void *event);
+void dfr_blk_event_destroy(struct pdma_gpu_dfr *g, void *event);
+int dfr_blk_read(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n, void *event);
+
 /* ---- launches (deframe.cu) ---- */
 
 /* dfr_launch's parts: the whole deframe, or (measurements) the two-pass
