@@ -80,7 +80,10 @@ static const char record_usage[] =
 	"      --description T   core:description\n"
 	"The JSON summary (--json) has a \"record\" object: per stream its files, samples,\n"
 	"missing samples and captures; the writer's blocks, overruns, bytes and MB/s.\n\n"
-	"Receive options (as peerdma ingest; GPU paths: not yet, see the ingest API):\n";
+	"On the GPU paths (host-staged, zero-copy) the blocks are in GPU memory: each run\n"
+	"of received packets is copied to the write buffer (pdma_block_read) once its\n"
+	"copy-out on the GPU is done.\n\n"
+	"Receive options (as peerdma ingest):\n";
 
 static int record_opt(void *arg, const struct pdma_opt *o, int val)
 {
@@ -117,10 +120,6 @@ static int record_check(void *arg, const struct pdma_opt *o, const struct pdma_i
 	    (uint64_t)(r->late_blocks + 2) * r->block_packets > c->dfr.out_pkts)
 		return pdma_opt_fail(o, "--out-packets (%u) must be a multiple of --block-packets "
 				     "and hold --late-blocks + 2 blocks", c->dfr.out_pkts);
-	if (c->path == PDMA_RX_HOST_STAGED || c->path == PDMA_RX_ZERO_COPY)
-		return pdma_opt_fail(o, "--path %s: blocks from the GPU deframer are not available "
-				     "yet; use --path cpu", c->path == PDMA_RX_HOST_STAGED ?
-				     "host-staged" : "zero-copy");
 	return 0;
 }
 
@@ -183,7 +182,9 @@ static int record_attach(void *arg, struct pdma_ingest *ing, const struct pdma_i
 	ret = pdma_ingest_enable_blocks(ing, r->block_packets, r->late_blocks, r->pool_blocks,
 					r->flush_idle_ms);
 	if (ret) {
-		fprintf(stderr, "peerdma record: sample blocks on this path: %s\n", strerror(-ret));
+		fprintf(stderr, "peerdma record: sample blocks on this path: %s%s\n", strerror(-ret),
+			ret == -EOPNOTSUPP && c->path == PDMA_RX_NIC ?
+			" (the GPU deframer reads the frames in place: --deframer cpu)" : "");
 		return 1;
 	}
 	pdma_sub_attr_init(&sa);

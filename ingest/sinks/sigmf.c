@@ -27,7 +27,7 @@ struct rec {
 	int error;
 	char *data_path, *meta_path;
 	uint8_t *buf;
-	size_t fill;
+	size_t fill, cap;         /* buf's bytes: buf_bytes, or a device packet if larger */
 	uint64_t samples;         /* written to the dataset (buffer included) */
 	uint64_t file_bytes;      /* in the data file */
 	uint64_t next;            /* absolute index the next sample continues */
@@ -137,7 +137,8 @@ static struct rec *rec_of(struct pdma_sigmf *w, uint32_t id, int *err)
 	r->data_path = path_of(w, id, "sigmf-data");
 	r->meta_path = path_of(w, id, "sigmf-meta");
 	/* aligned: the buffer could go to O_DIRECT as it is */
-	if (!r->data_path || !r->meta_path || posix_memalign((void **)&r->buf, 4096, w->a.buf_bytes)) {
+	r->cap = w->a.buf_bytes;
+	if (!r->data_path || !r->meta_path || posix_memalign((void **)&r->buf, 4096, r->cap)) {
 		free(r->data_path);
 		free(r->meta_path);
 		*err = -ENOMEM;
@@ -193,9 +194,9 @@ static int rec_flush(struct rec *r)
 
 /* n bytes of samples to the dataset: through the buffer, or straight to the
  * file when they would fill it anyway (one copy less for large blocks). */
-static int rec_append(struct pdma_sigmf *w, struct rec *r, const uint8_t *p, size_t n)
+static int rec_append(struct rec *r, const uint8_t *p, size_t n)
 {
-	const size_t cap = w->a.buf_bytes;
+	const size_t cap = r->cap;
 
 	if (r->error)
 		return r->error;
@@ -229,28 +230,58 @@ static int add_capture(struct rec *r, uint64_t g, const struct pdma_block *b)
 	return 0;
 }
 
-/* Packets [i, j) of b are present: append those of their samples not
- * already written, after a new capture where they do not continue it. */
-static int write_run(struct pdma_sigmf *w, struct rec *r, const struct pdma_block *b, uint32_t i,
-		     uint32_t j)
+/* Packets [i, j) of a block in device memory to the dataset: read by
+ * pdma_block_read (after the block's event) straight into the write buffer,
+ * as many whole packets as it has room for at a time. A read error (CUDA)
+ * ends the stream's recording like a write error, after what was read. */
+static int rec_append_read(struct rec *r, const struct pdma_block *b, uint32_t i, uint32_t j)
 {
-	uint64_t g = b->first_sample + (uint64_t)i * b->samples_per_packet;
-	uint64_t n = (uint64_t)(j - i) * b->samples_per_packet;
-	const uint8_t *p = (const uint8_t *)b->data + (size_t)i * b->samples_per_packet * r->bps;
+	const size_t pb = (size_t)b->samples_per_packet * r->bps;
+
+	if (pb > r->cap)
+		return -EINVAL; /* pdma_sigmf_write grew the buffer first */
+	while (i < j && !r->error) {
+		size_t room = (r->cap - r->fill) / pb;
+		uint32_t k = j - i < room ? j - i : (uint32_t)room;
+		int ret;
+
+		if (!k) {
+			rec_flush(r);
+			continue;
+		}
+		ret = pdma_block_read(b, i, k, r->buf + r->fill);
+		if (ret) {
+			if (!rec_flush(r))
+				rec_fail(r, ret);
+			return r->error;
+		}
+		r->fill += k * pb;
+		i += k;
+	}
+	return r->error;
+}
+
+/* Packets [i, j) of b are present: append those not already written, after
+ * a new capture where they do not continue the last. */
+static int write_run(struct rec *r, const struct pdma_block *b, uint32_t i, uint32_t j)
+{
+	const uint32_t spp = b->samples_per_packet;
+	uint64_t g = b->first_sample + (uint64_t)i * spp;
 	bool has_freq = b->ctx_fields & PDMA_CTX_RF_FREQ;
+	uint64_t n;
 	int ret;
 
 	if (r->started && g < r->next) {
 		/* blocks never overlap; should a sender's clock step back, the
-		 * dataset stays in time order: what is behind is dropped */
-		uint64_t skip = r->next - g < n ? r->next - g : n;
+		 * dataset stays in time order: the packets behind are dropped */
+		uint64_t skip = (r->next - g + spp - 1) / spp;
 
-		g += skip;
-		n -= skip;
-		p += skip * r->bps;
-		if (!n)
+		if (skip >= j - i)
 			return 0;
+		i += (uint32_t)skip;
+		g += skip * spp;
 	}
+	n = (uint64_t)(j - i) * spp;
 	if (!r->started || g != r->next ||
 	    has_freq != r->caps[r->ncaps - 1].has_freq ||
 	    (has_freq && b->ctx_rf_freq != r->caps[r->ncaps - 1].freq)) {
@@ -262,7 +293,10 @@ static int write_run(struct pdma_sigmf *w, struct rec *r, const struct pdma_bloc
 		r->started = true;
 	}
 	r->samples += n; /* before: a failing append cuts it back */
-	ret = rec_append(w, r, p, n * r->bps);
+	if (b->mem == PDMA_BLOCK_HOST)
+		ret = rec_append(r, (const uint8_t *)b->data + (size_t)i * spp * r->bps, n * r->bps);
+	else
+		ret = rec_append_read(r, b, i, j);
 	if (ret)
 		return ret;
 	r->next = g + n;
@@ -274,15 +308,26 @@ int pdma_sigmf_write(struct pdma_sigmf *w, const struct pdma_block *b)
 	struct rec *r;
 	int ret = 0;
 
-	if (b->mem != PDMA_BLOCK_HOST)
-		return -EOPNOTSUPP; /* NEEDS.txt: a host read of device blocks */
-	if (b->format != PDMA_FMT_CI16 || b->bytes_per_sample != 4)
+	if (b->format != PDMA_FMT_CI16 || b->bytes_per_sample != 4 || !b->samples_per_packet)
 		return -EINVAL;
 	r = rec_of(w, b->stream_id, &ret);
 	if (!r)
 		return ret;
 	if (r->error)
 		return r->error;
+	if (b->mem != PDMA_BLOCK_HOST && (size_t)b->samples_per_packet * b->bytes_per_sample > r->cap) {
+		/* device reads go into the buffer whole packets at a time */
+		size_t nb = (size_t)b->samples_per_packet * b->bytes_per_sample;
+		uint8_t *nbuf;
+
+		if (rec_flush(r))
+			return r->error;
+		if (posix_memalign((void **)&nbuf, 4096, nb))
+			return -ENOMEM;
+		free(r->buf);
+		r->buf = nbuf;
+		r->cap = nb;
+	}
 	r->bps = b->bytes_per_sample;
 	if (!r->rate_ctx && (b->ctx_fields & PDMA_CTX_SAMPLE_RATE) && b->ctx_sample_rate >= 1) {
 		r->rate_ctx = true;
@@ -296,7 +341,7 @@ int pdma_sigmf_write(struct pdma_sigmf *w, const struct pdma_block *b)
 		while (j < b->npackets && (b->gap_mask[j / 64] >> (j % 64) & 1) == gap)
 			j++;
 		if (!gap) {
-			ret = write_run(w, r, b, i, j);
+			ret = write_run(r, b, i, j);
 			if (ret)
 				return ret;
 		}

@@ -27,9 +27,12 @@
  * data (unless nosync) and writes each .sigmf-meta (to a temporary name,
  * then rename(2), so a reader never sees half a file).
  *
- * Memory kinds: host blocks (PDMA_BLOCK_HOST) are written as they are. Blocks
- * in device memory need a device-to-host copy that the public API does not
- * offer yet (NEEDS.txt): pdma_sigmf_write refuses them (-EOPNOTSUPP).
+ * Memory kinds: host blocks (PDMA_BLOCK_HOST) are copied from where they are
+ * into the write buffer (a run as large as the buffer goes to write(2)
+ * directly). Blocks in device memory (the GPU paths: PDMA_BLOCK_CUDA,
+ * PDMA_BLOCK_CUDA_HOST) are read with pdma_block_read, which waits for the
+ * block's event, straight into the write buffer: one device-to-host copy per
+ * run of received packets, no CUDA linked here.
  *
  * Thread safety: one writer is driven by one thread at a time.
  */
@@ -73,8 +76,9 @@ struct pdma_sigmf;
 int pdma_sigmf_open(const struct pdma_sigmf_attr *a, struct pdma_sigmf **w);
 /* Append a block's received packets to its stream's recording (gap packets
  * skipped, a capture opened after each). The caller still releases b.
- * -EOPNOTSUPP for a block not in host memory, -errno of open/write (the
- * stream then stops recording; finish still describes what was written). */
+ * -EINVAL for a format other than PDMA_FMT_CI16; -errno of open, write or
+ * pdma_block_read: the stream then stops recording, and finish still
+ * describes exactly what its dataset holds. */
 int pdma_sigmf_write(struct pdma_sigmf *w, const struct pdma_block *b);
 /* Flush every stream's data, fdatasync, write the .sigmf-meta files. May be
  * called again after more writes (rewrites the metadata). The first error. */
