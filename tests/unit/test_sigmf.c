@@ -236,11 +236,12 @@ static void test_errors(void **state)
 
 	w = open_w();
 	make(&k, 3, 0, 0);
-	k.b.mem = PDMA_BLOCK_CUDA;
-	assert_int_equal(pdma_sigmf_write(w, &k.b), -EOPNOTSUPP);
-	k.b.mem = PDMA_BLOCK_HOST;
 	k.b.format = 99;
 	assert_int_equal(pdma_sigmf_write(w, &k.b), -EINVAL);
+	make(&k, 3, 0, 0);
+	k.b.samples_per_packet = 0;
+	assert_int_equal(pdma_sigmf_write(w, &k.b), -EINVAL);
+	assert_int_equal(pdma_sigmf_streams(w), 0); /* refused before any file */
 	pdma_sigmf_close(w);
 
 	if (access("/dev/full", W_OK))

@@ -103,6 +103,7 @@ static void test_device_read_path(void **state)
 	char msg[256];
 
 	(void)state;
+	assert_non_null(mkdtemp(dir));
 	pdma_ingest_attr_init(&ia);
 	assert_int_equal(pdma_ingest_open(&ia, &ing, msg, sizeof(msg)), 0);
 	pdma_sub_attr_init(&sa);
@@ -152,18 +153,7 @@ static void test_device_read_path(void **state)
 	pdma_sigmf_close(c.dev);
 	pdma_sub_close(c.sub);
 	pdma_ingest_close(ing);
-}
-
-static int setup(void **state)
-{
-	(void)state;
-	return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return rmdir(dir);
+	assert_int_equal(rmdir(dir), 0);
 }
 
 int main(void)
@@ -172,5 +162,5 @@ int main(void)
 		cmocka_unit_test(test_device_read_path),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }
