@@ -35,13 +35,15 @@ record_path() {
 	"$tool" record --path "$path" --port 0 --dir "$d" --prefix cap --idle 1500 \
 		--json "$d/summary.json" 2>"$d/record.err" &
 	rpid=$!
-	for _ in $(seq 100); do
+	# up to 60 s: a sanitizer's runtime starts slowly
+	for _ in $(seq 600); do
 		port=$(grep -o 'listening on 127.0.0.1:[0-9]*' "$d/record.err" | cut -d: -f2 || true)
 		[ -n "$port" ] && break
 		kill -0 "$rpid" 2>/dev/null || break
 		sleep 0.1
 	done
 	if [ -z "$port" ]; then
+		kill "$rpid" 2>/dev/null || true
 		wait "$rpid" || true
 		rpid=
 		if [ "$path" != cpu ] && grep -q 'needs a CUDA device' "$d/record.err"; then
