@@ -170,7 +170,9 @@ struct pdma_ingest_stats {
 	uint64_t packets_placed;     /* data packets written into a window */
 	uint64_t window_drops;       /* data packets dropped: their block was still held
 				      * or queued (window full) */
-	uint64_t late;               /* data packets after their block was published */
+	uint64_t late;               /* data packets after their block was published (placed
+				      * = in blocks + window_drops + late, for a subscriber
+				      * that takes every block) */
 	uint64_t blocks_published;
 	uint64_t gap_packets;        /* gaps in published blocks */
 	uint32_t streams;            /* streams seen */
@@ -181,6 +183,7 @@ struct pdma_sub_stats {
 	uint64_t overruns;           /* blocks dropped from a full queue (drop-oldest) */
 	uint64_t waits;              /* times the producer waited for it (backpressure) */
 	uint32_t queued, held;       /* now */
+	uint64_t overrun_packets;    /* packets of the overrun blocks */
 };
 
 struct pdma_ingest;

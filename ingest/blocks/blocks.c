@@ -55,6 +55,11 @@ static void host_free(void *arg, void *p)
 	free(p);
 }
 
+/* How far back (in windows) a stream remembers which packets it placed:
+ * a placed packet that a block cannot show (its position overwritten before
+ * publication, or its block dropped) is then counted, not lost silently. */
+#define SEEN_WINDOWS 4
+
 static struct pdma_blk *blk_at(struct pdma_blocks *bl, size_t i)
 {
 	return (struct pdma_blk *)(bl->blk_mem + i * bl->blk_size);
@@ -96,8 +101,9 @@ int pdma_blocks_open(struct pdma_blocks **out, const struct pdma_dfr_config *cfg
 	bl->blk_size = sizeof(struct pdma_blk) + (block_packets + 63) / 64 * sizeof(uint64_t);
 	bl->blk_size = (bl->blk_size + 63) & ~(size_t)63;
 	bl->st = calloc(cfg->max_streams, sizeof(*bl->st));
+	bl->scratch = calloc(cfg->out_pkts, sizeof(*bl->scratch));
 	bl->blk_mem = calloc(nbuf, bl->blk_size);
-	ret = bl->st && bl->blk_mem ? 0 : -ENOMEM;
+	ret = bl->st && bl->blk_mem && bl->scratch ? 0 : -ENOMEM;
 	if (!ret)
 		ret = bl->mem.alloc(bl->mem.arg, nbuf * bl->buf_bytes, (void **)&bl->pool_mem);
 	if (ret)
@@ -155,7 +161,7 @@ void pdma_blocks_free(struct pdma_blocks *bl)
 	pdma_blocks_free_subs(bl);
 	if (bl->st)
 		for (uint32_t i = 0; i < bl->cfg.max_streams; i++)
-			free(bl->st[i].ptag);
+			free(bl->st[i].ptag), free(bl->st[i].seen);
 	if (bl->blk_mem && bl->mem.event_destroy)
 		for (size_t i = 0; i < (size_t)bl->cfg.max_streams * bl->pool; i++)
 			if (blk_at(bl, i)->pub.cuda_event)
@@ -165,6 +171,7 @@ void pdma_blocks_free(struct pdma_blocks *bl)
 	if (bl->mem.fini)
 		bl->mem.fini(bl->mem.arg);
 	free(bl->st);
+	free(bl->scratch);
 	free(bl->blk_mem);
 	pthread_cond_destroy(&bl->room);
 	pthread_mutex_destroy(&bl->lock);
@@ -221,8 +228,12 @@ void pdma_blocks_observe(void *arg, const struct pdma_dfr_desc *d, uint32_t payl
 		 * senders that never reorder it: a packet before it is late). */
 		if (!s->ptag) {
 			s->ptag = calloc(bl->cfg.out_pkts, sizeof(*s->ptag));
-			if (!s->ptag)
+			s->seen = calloc((size_t)SEEN_WINDOWS * bl->cfg.out_pkts, sizeof(*s->seen));
+			if (!s->ptag || !s->seen) {
+				free(s->ptag), free(s->seen);
+				s->ptag = s->seen = NULL;
 				return;
+			}
 		}
 		s->have = true;
 		atomic_fetch_add_explicit(&bl->streams, 1, memory_order_relaxed);
@@ -235,18 +246,52 @@ void pdma_blocks_observe(void *arg, const struct pdma_dfr_desc *d, uint32_t payl
 
 		if (payload_len)
 			s->plen = payload_len;
-		else if (dg && pdma_vrt_parse(dg, dglen, PDMA_VRT_EXACT, &v) == 0)
+		else if (dg && pdma_vrt_parse(dg, dglen, PDMA_VRT_EXACT, &v) >= 0)
 			s->plen = v.payload_len;
 		s->spp = s->plen / bl->cfg.bytes_per_sample;
 	}
 	if (d->status == PDMA_DFR_ST_DATA) {
 		atomic_fetch_add_explicit(&bl->placed, 1, memory_order_relaxed);
 		s->ptag[d->pkt % bl->cfg.out_pkts] = d->pkt + 1;
+		s->seen[d->pkt % ((uint64_t)SEEN_WINDOWS * bl->cfg.out_pkts)] = d->pkt + 1;
 		if (d->pkt < s->next)
 			atomic_fetch_add_explicit(&bl->late_pkts, 1, memory_order_relaxed);
 	}
 	if (d->pkt > s->high)
 		s->high = d->pkt;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Packets of [from, to) the deframer placed that the window no longer
+ * holds (from < to, at most SEEN_WINDOWS windows back for exactness). */
+static uint64_t placed_lost(struct pdma_blocks *bl, const struct pdma_blk_stream *s, uint64_t from,
+			    uint64_t to)
+{
+	const uint64_t out = bl->cfg.out_pkts, sw = (uint64_t)SEEN_WINDOWS * out;
+	uint64_t n = 0;
+
+	if (to - from > sw)
+		from = to - sw;
+	for (uint64_t p = from; p < to; p++)
+		n += s->seen[p % sw] == p + 1 && s->ptag[p % out] != p + 1;
+	return n;
+}
+
+/* Placed packets of [from, to) the window still holds. */
+static uint64_t placed_here(struct pdma_blocks *bl, const struct pdma_blk_stream *s, uint64_t from,
+			    uint64_t to)
+{
+	uint64_t n = 0;
+
+	for (uint64_t p = from; p < to; p++)
+		n += s->ptag[p % bl->cfg.out_pkts] == p + 1;
+	return n;
 }
 
 /* Copy packets [from, to) of stream idx out of the window into a pool
@@ -265,7 +310,8 @@ static void publish_one(struct pdma_blocks *bl, uint32_t idx, uint64_t from, uin
 	b = pdma_blocks_get_buf(bl, idx);
 	pthread_mutex_unlock(&bl->lock);
 	if (!b) {
-		atomic_fetch_add_explicit(&bl->window_drops, n, memory_order_relaxed);
+		atomic_fetch_add_explicit(&bl->window_drops, placed_here(bl, s, from, to) +
+				placed_lost(bl, s, from, to), memory_order_relaxed);
 		return;
 	}
 	memset(b->mask, 0, (bl->B + 63) / 64 * sizeof(uint64_t));
@@ -299,9 +345,12 @@ static void publish_one(struct pdma_blocks *bl, uint32_t idx, uint64_t from, uin
 		pthread_mutex_lock(&bl->lock);
 		pdma_blocks_put_buf(bl, b);
 		pthread_mutex_unlock(&bl->lock);
-		atomic_fetch_add_explicit(&bl->window_drops, n, memory_order_relaxed);
+		atomic_fetch_add_explicit(&bl->window_drops, placed_here(bl, s, from, to) +
+				placed_lost(bl, s, from, to), memory_order_relaxed);
 		return;
 	}
+	/* placed, then overwritten before this publication: a gap here */
+	atomic_fetch_add_explicit(&bl->window_drops, placed_lost(bl, s, from, to), memory_order_relaxed);
 	b->pub.stream_id = s->stream_id;
 	b->pub.samples_per_packet = s->spp;
 	b->pub.first_sample = from * s->spp;
@@ -330,17 +379,39 @@ static void publish_stream(struct pdma_blocks *bl, uint32_t idx, bool flush)
 
 	if (!s->have || !s->plen)
 		return;
-	/* A jump past the whole window (a sender restarted with a later
-	 * timestamp): what lies more than a window behind the newest packet
-	 * was overwritten or never came; the stream's blocks go on from the
-	 * oldest position still in the window, the packets skipped counted. */
-	if (s->high + 1 > out && s->next < s->high + 1 - out) {
-		uint64_t to = (s->high + 1 - out) / bl->B * bl->B;
+	/* A jump past the whole window (receive-side drops, a sender
+	 * restarted with a later timestamp): of the blocks entirely more than
+	 * a window behind the newest packet, only those the window still
+	 * holds packets of are published; the others are skipped (consumers
+	 * see first_sample jump) and their placed packets counted as dropped.
+	 * One pass over the window finds them, however long the jump. */
+	if (s->high + 1 > out && s->next < (s->high + 1 - out) / bl->B * bl->B) {
+		const uint64_t bound = (s->high + 1 - out) / bl->B * bl->B;
+		uint32_t nk = 0;
+		uint64_t at = s->next;
 
-		if (to > s->next) {
-			atomic_fetch_add_explicit(&bl->window_drops, to - s->next, memory_order_relaxed);
-			s->next = to;
+		for (uint64_t i = 0; i < out; i++) {
+			uint64_t t = s->ptag[i];
+
+			if (t && t - 1 >= s->next && t - 1 < bound)
+				bl->scratch[nk++] = (t - 1) / bl->B;
 		}
+		qsort(bl->scratch, nk, sizeof(*bl->scratch), cmp_u64);
+		for (uint32_t i = 0; i < nk; i++) {
+			uint64_t k = bl->scratch[i], from = k * bl->B > at ? k * bl->B : at;
+
+			if (i && k == bl->scratch[i - 1])
+				continue;
+			if (from > at)
+				atomic_fetch_add_explicit(&bl->window_drops, placed_lost(bl, s, at, from),
+							  memory_order_relaxed);
+			publish_one(bl, idx, from, (k + 1) * bl->B);
+			at = (k + 1) * bl->B;
+		}
+		if (bound > at)
+			atomic_fetch_add_explicit(&bl->window_drops, placed_lost(bl, s, at, bound),
+						  memory_order_relaxed);
+		s->next = bound;
 	}
 	for (;;) {
 		uint64_t end = (s->next / bl->B + 1) * bl->B;

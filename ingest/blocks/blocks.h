@@ -73,6 +73,7 @@ struct pdma_blk_stream {
 	uint64_t next;            /* first packet of the next unpublished block */
 	uint64_t high;            /* highest data packet index seen */
 	uint64_t *ptag;           /* [out_pkts] p + 1 of the packet at each position */
+	uint64_t *seen;           /* [4 * out_pkts] p + 1 of each placed packet (blocks.c) */
 	struct pdma_blk *free;
 	uint32_t nfree;
 	uint32_t ctx_fields;
@@ -108,6 +109,7 @@ struct pdma_blocks {
 	const uint8_t *window;    /* the deframer's out (host or device address) */
 	struct pdma_blk_mem mem;
 	struct pdma_blk_stream *st;
+	uint64_t *scratch;        /* [out_pkts]: block numbers, the jump pass (blocks.c) */
 	uint8_t *pool_mem;        /* max_streams * pool buffers */
 	uint8_t *blk_mem;         /* the pdma_blk structs */
 	size_t blk_size;

@@ -27,7 +27,6 @@ int pdma_block_dlpack(struct pdma_block *b, intptr_t stream, void **managed_tens
 {
 	struct blk_tensor *bt;
 	DLDeviceType dev;
-	int e;
 
 	if (!b || !managed_tensor)
 		return -EINVAL;
@@ -42,7 +41,8 @@ int pdma_block_dlpack(struct pdma_block *b, intptr_t stream, void **managed_tens
 	if (b->mem == PDMA_BLOCK_CUDA ? stream == 0 : stream != -1)
 		return -EINVAL;
 	if (b->mem == PDMA_BLOCK_CUDA && b->cuda_event && stream != -1) {
-		e = pdma_blocks_stream_wait(b, stream);
+		int e = pdma_blocks_stream_wait(b, stream);
+
 		if (e)
 			return e;
 	}

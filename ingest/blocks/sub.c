@@ -128,6 +128,7 @@ struct pdma_blk *pdma_blocks_get_buf(struct pdma_blocks *bl, uint32_t idx)
 		struct pdma_blk *old = q_at(victim, vi);
 		q_remove(victim, vi);
 		victim->st.overruns++;
+		victim->st.overrun_packets += old->pub.npackets;
 		blk_put(bl, old);
 	}
 }
@@ -151,6 +152,7 @@ uint32_t pdma_blocks_deliver(struct pdma_blocks *bl, struct pdma_blk *b)
 
 			q_remove(sub, 0);
 			sub->st.overruns++;
+			sub->st.overrun_packets += old->pub.npackets;
 			blk_put(bl, old);
 		}
 		sub->q[(sub->qhead + sub->qlen) % sub->a.depth] = b;

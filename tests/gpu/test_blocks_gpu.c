@@ -183,13 +183,18 @@ static void run_path(enum pdma_ingest_path_kind path)
 		pdma_block_release(b);
 	}
 	free(host);
+	struct pdma_ingest_stats st;
+	pdma_ingest_stats(ing, &st);
+	printf("  stats: %llu datagrams, %llu placed, %u streams, %llu blocks, %llu window drops, "
+	       "%llu late, %llu gap packets\n", (unsigned long long)st.datagrams,
+	       (unsigned long long)st.packets_placed, st.streams, (unsigned long long)st.blocks_published,
+	       (unsigned long long)st.window_drops, (unsigned long long)st.late,
+	       (unsigned long long)st.gap_packets);
 	assert_true(stopped);
 	for (int s = 0; s < 2; s++) {
 		assert_int_equal(pkts[s], 4000);
 		assert_int_equal(gaps[s], j.lost[s]);
 	}
-	struct pdma_ingest_stats st;
-	pdma_ingest_stats(ing, &st);
 	assert_int_equal(st.socket_drops + st.ring_overruns, 0);
 	assert_int_equal(st.window_drops, 0);
 	printf("  %s: %llu blocks, %llu gap packets, every sample equal\n",
