@@ -231,6 +231,7 @@ static json_t *recordings_json(struct record *r, const struct pdma_sub_stats *ss
 	json_object_set_new(o, "streams", a);
 	json_object_set_new(o, "blocks", json_integer((json_int_t)r->blocks));
 	json_object_set_new(o, "overruns", json_integer((json_int_t)ss->overruns));
+	json_object_set_new(o, "overrun_packets", json_integer((json_int_t)ss->overrun_packets));
 	json_object_set_new(o, "waits", json_integer((json_int_t)ss->waits));
 	json_object_set_new(o, "bytes", json_integer((json_int_t)bytes));
 	/* first block taken to the data on disk (fdatasync included) */
