@@ -13,6 +13,7 @@
 int pdma_cmd_demo(int argc, char **argv);
 int pdma_cmd_gen(int argc, char **argv);
 int pdma_cmd_ingest(int argc, char **argv);
+int pdma_cmd_record(int argc, char **argv);
 int pdma_cmd_bench(int argc, char **argv);
 int pdma_cmd_info(int argc, char **argv);
 int pdma_cmd_deframe(int argc, char **argv);
@@ -20,6 +21,7 @@ int pdma_cmd_deframe(int argc, char **argv);
 int pdma_cmd_demo_check(int argc, char **argv);
 int pdma_cmd_gen_check(int argc, char **argv);
 int pdma_cmd_ingest_check(int argc, char **argv);
+int pdma_cmd_record_check(int argc, char **argv);
 int pdma_cmd_bench_check(int argc, char **argv);
 int pdma_cmd_info_check(int argc, char **argv);
 int pdma_cmd_deframe_check(int argc, char **argv);

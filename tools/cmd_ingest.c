@@ -14,6 +14,7 @@
 #include "cmd.h"
 #include "ingest.h"
 #include "ingest_zmq.h"
+#include "ingest_ext.h"
 #include "opt.h"
 #include "peerdma/mr.h"
 #include "mem/sim.h"
@@ -26,15 +27,19 @@ static void on_signal(int sig)
 	got_signal = sig;
 }
 
-static void usage(FILE *f)
+static void usage(FILE *f, const struct pdma_ingest_ext *x)
 {
-	fprintf(f,
+	if (x)
+		fputs(x->usage, f);
+	else
+		fprintf(f,
 		"usage: peerdma ingest [OPTIONS]\n"
 		"Receive VITA-49 streams over UDP into registered ring buffers, deframe them into\n"
 		"per-stream sample buffers and account received, lost, duplicated, reordered and\n"
 		"malformed packets per stream (exactly, from the sample-count timestamps); a data\n"
 		"packet whose class ID differs from its stream's first is refused and counted\n"
-		"(class_mismatch, the table's \"class\" column).\n\n"
+		"(class_mismatch, the table's \"class\" column).\n\n");
+	fprintf(f,
 		"  -p, --port N          UDP port (default 4991)\n"
 		"  -b, --bind ADDR       IPv4 address to bind (default 127.0.0.1)\n"
 		"  -t, --threads N       receive threads / sockets (SO_REUSEPORT, default 1)\n"
@@ -104,7 +109,7 @@ struct ingest_args {
 };
 
 /* Parse and check: 0 to run, 1 after --help, 2 after a one-line error. */
-static int ingest_parse(int argc, char **argv, struct ingest_args *a)
+static int ingest_parse(int argc, char **argv, struct ingest_args *a, const struct pdma_ingest_ext *x)
 {
 	static const struct option opts[] = {
 		{ "port", required_argument, NULL, 'p' },
@@ -149,6 +154,7 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 	static const char *const zfmts[] = { "ci16", "cf32", NULL };
 	static const char *const zpols[] = { "drop-oldest", "backpressure", NULL };
 	struct pdma_ingest_config *c = &a->c;
+	struct option all[64];
 	struct pdma_opt o;
 	uint32_t u, idle_ms;
 	uint64_t chunk;
@@ -159,7 +165,16 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 	a->json_path = "-";
 	a->reg = true;
 	a->kernel_device = "/dev/peerdma";
-	pdma_opt_init(&o, "peerdma ingest", opts, "p:b:t:d:c:i:j:qh");
+	if (x) { /* ingest's options, then x's */
+		size_t n = 0;
+
+		for (size_t i = 0; opts[i].name; i++)
+			all[n++] = opts[i];
+		for (size_t i = 0; x->opts[i].name && n + 1 < sizeof(all) / sizeof(all[0]); i++)
+			all[n++] = x->opts[i];
+		all[n] = (struct option){ 0 };
+	}
+	pdma_opt_init(&o, x ? x->cmd : "peerdma ingest", x ? all : opts, "p:b:t:d:c:i:j:qh");
 	while ((opt = pdma_opt_next(&o, argc, argv)) != -1) {
 		int bad = 0; /* flags leave it 0 */
 
@@ -227,8 +242,13 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 		case 'T': a->zmq.tags = true; break;
 		case 'W': bad = pdma_opt_u32(&o, 1, 1024, &a->zmq.wait); break;
 		case 'Y': bad = pdma_opt_choice(&o, zpols, &a->zmq.policy); break;
-		case 'h': usage(stdout); return 1;
-		default: return 2; /* getopt_long said why, in one line */
+		case 'h': usage(stdout, x); return 1;
+		default:
+			if (x && opt >= 256) {
+				bad = x->opt(x->arg, &o, opt);
+				break;
+			}
+			return 2; /* getopt_long said why, in one line */
 		}
 		if (bad)
 			return 2;
@@ -239,20 +259,31 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a)
 		return pdma_opt_fail(&o, "--rx io_uring needs a host ring: not with --path direct or nic");
 	if (c->path == PDMA_RX_NIC && c->threads != 1)
 		return pdma_opt_fail(&o, "--path nic: one NIC, one receive thread (--threads 1)");
-	return 0;
+	return x && x->check ? x->check(x->arg, &o, c) : 0;
+}
+
+int pdma_ingest_main_check(int argc, char **argv, const struct pdma_ingest_ext *x)
+{
+	struct ingest_args a;
+
+	return ingest_parse(argc, argv, &a, x) == 2 ? 2 : 0;
 }
 
 int pdma_cmd_ingest_check(int argc, char **argv)
 {
-	struct ingest_args a;
-
-	return ingest_parse(argc, argv, &a) == 2 ? 2 : 0;
+	return pdma_ingest_main_check(argc, argv, NULL);
 }
 
 int pdma_cmd_ingest(int argc, char **argv)
 {
+	return pdma_ingest_main(argc, argv, NULL);
+}
+
+int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
+{
+	const char *me = x ? x->cmd : "peerdma ingest";
 	struct ingest_args a;
-	int ret = ingest_parse(argc, argv, &a), status = 0;
+	int ret = ingest_parse(argc, argv, &a, x), status = 0;
 
 	if (ret)
 		return ret == 1 ? 0 : 2;
@@ -285,7 +316,7 @@ int pdma_cmd_ingest(int argc, char **argv)
 								((c.slot_size + 63u) & ~63u) + (1u << 20) };
 			ret = pdma_sim_open(&sa, &sim);
 			if (ret) {
-				fprintf(stderr, "peerdma ingest: simulated GPU: %s\n", strerror(-ret));
+				fprintf(stderr, "%s: simulated GPU: %s\n", me, strerror(-ret));
 				return 1;
 			}
 			da.sim = sim;
@@ -293,11 +324,11 @@ int pdma_cmd_ingest(int argc, char **argv)
 		ret = pdma_domain_open(&da, &dom);
 		if (ret) {
 			if (da.kernel_device)
-				fprintf(stderr, "peerdma ingest: --path nic: %s: %s%s\n", da.kernel_device,
+				fprintf(stderr, "%s: --path nic: %s: %s%s\n", me, da.kernel_device,
 					strerror(-ret), ret == -ENODEV || ret == -ENOENT ?
 					" (is peerdma.ko loaded?)" : "");
 			else
-				fprintf(stderr, "peerdma ingest: domain: %s\n", strerror(-ret));
+				fprintf(stderr, "%s: domain: %s\n", me, strerror(-ret));
 			pdma_sim_close(sim);
 			return 1;
 		}
@@ -307,7 +338,7 @@ int pdma_cmd_ingest(int argc, char **argv)
 			if (!ret)
 				ret = pdma_domain_bind_eq(dom, eq, PDMA_MR_REVOKE_EVENTS);
 			if (ret) {
-				fprintf(stderr, "peerdma ingest: event queue: %s\n", strerror(-ret));
+				fprintf(stderr, "%s: event queue: %s\n", me, strerror(-ret));
 				status = 1;
 				goto out_dom;
 			}
@@ -322,18 +353,18 @@ int pdma_cmd_ingest(int argc, char **argv)
 	ret = pdma_ingest_open_config(&c, &ing, msg, sizeof(msg));
 	if (ret) {
 		if (c.path == PDMA_RX_NIC)
-			fprintf(stderr, "peerdma ingest: --path nic: %s\n", msg[0] ? msg : strerror(-ret));
+			fprintf(stderr, "%s: --path nic: %s\n", me, msg[0] ? msg : strerror(-ret));
 		else if (ret == -ENODEV)
-			fprintf(stderr, "peerdma ingest: --path %s needs a CUDA device; none found\n",
+			fprintf(stderr, "%s: --path %s needs a CUDA device; none found\n", me,
 				c.path == PDMA_RX_HOST_STAGED ? "host-staged" : "zero-copy");
 		else if (c.rx_io == PDMA_RX_IO_URING && ret == -EOPNOTSUPP)
-			fprintf(stderr, "peerdma ingest: io_uring receive unavailable here: needs Linux 5.19 "
-					"and io_uring allowed; --rx recvmmsg works everywhere\n");
+			fprintf(stderr, "%s: io_uring receive unavailable here: needs Linux 5.19 "
+					"and io_uring allowed; --rx recvmmsg works everywhere\n", me);
 		else if (ret == -ENOENT)
-			fprintf(stderr, "peerdma ingest: the GPU deframer module (libpeerdma_vrt_cuda.so) "
-					"was not built or not found (set PEERDMA_VRT_CUDA)\n");
+			fprintf(stderr, "%s: the GPU deframer module (libpeerdma_vrt_cuda.so) "
+					"was not built or not found (set PEERDMA_VRT_CUDA)\n", me);
 		else
-			fprintf(stderr, "peerdma ingest: cannot set up port %u: %s%s\n", c.port,
+			fprintf(stderr, "%s: cannot set up port %u: %s%s\n", me, c.port,
 				strerror(-ret),
 				ret == -ENOMEM ? " (ring registration: check RLIMIT_MEMLOCK, --ring-slots)" : "");
 		status = 1;
@@ -362,9 +393,15 @@ int pdma_cmd_ingest(int argc, char **argv)
 			goto out_ing;
 		}
 	}
+	if (x && x->attach(x->arg, ing, &c, quiet)) {
+		status = 1;
+		goto out_zmq;
+	}
 	ret = pdma_ingest_start(ing);
 	if (ret) {
-		fprintf(stderr, "peerdma ingest: start: %s\n", strerror(-ret));
+		fprintf(stderr, "%s: start: %s\n", me, strerror(-ret));
+		if (x)
+			x->detach(x->arg, ing, NULL);
 		status = 1;
 		goto out_zmq;
 	}
@@ -372,8 +409,8 @@ int pdma_cmd_ingest(int argc, char **argv)
 		json_t *nj = pdma_ingest_json(ing, 0);
 		const json_t *nic = json_object_get(nj, "nic");
 
-		fprintf(stderr, "peerdma ingest: receiving on %s into %lld x %lld-byte buffers of GPU "
-				"memory (pinned by %s, %s), UDP port %u, %s deframer\n",
+		fprintf(stderr, "%s: receiving on %s into %lld x %lld-byte buffers of GPU "
+				"memory (pinned by %s, %s), UDP port %u, %s deframer\n", me,
 			c.nic.dev ? c.nic.dev : "/dev/peerdma_nic0",
 			json_integer_value(json_object_get(nic, "nbufs")),
 			json_integer_value(json_object_get(nic, "buf_size")), a.kernel_device,
@@ -381,7 +418,7 @@ int pdma_cmd_ingest(int argc, char **argv)
 			json_string_value(json_object_get(nic, "deframer")));
 		json_decref(nj);
 	} else if (!quiet)
-		fprintf(stderr, "peerdma ingest: listening on %s:%u, %u thread(s), path %s\n",
+		fprintf(stderr, "%s: listening on %s:%u, %u thread(s), path %s\n", me,
 			c.bind_addr, pdma_ingest_port(ing), c.threads,
 			c.path == PDMA_RX_DIRECT ? "direct (sim)" : c.path == PDMA_RX_HOST_STAGED ? "host-staged (GPU)"
 			: c.path == PDMA_RX_ZERO_COPY ? "zero-copy (GPU)" : "cpu");
@@ -404,11 +441,11 @@ int pdma_cmd_ingest(int argc, char **argv)
 	}
 	ret = pdma_ingest_stop(ing);
 	if (ret == -ENODEV && c.path == PDMA_RX_NIC) {
-		fprintf(stderr, "peerdma ingest: the receive buffers' GPU memory was revoked (freed or "
-				"moved): peerdma.ko stopped the NIC before the memory went; stopped\n");
+		fprintf(stderr, "%s: the receive buffers' GPU memory was revoked (freed or "
+				"moved): peerdma.ko stopped the NIC before the memory went; stopped\n", me);
 		status = 1;
 	} else if (ret) {
-		fprintf(stderr, "peerdma ingest: receive failed: %s\n", strerror(-ret));
+		fprintf(stderr, "%s: receive failed: %s\n", me, strerror(-ret));
 		status = 1;
 	}
 	json_t *j = pdma_ingest_json(ing, now_s() - t0);
@@ -418,6 +455,8 @@ int pdma_cmd_ingest(int argc, char **argv)
 			status = 1;
 		zmq = NULL;
 	}
+	if (x && x->detach(x->arg, ing, j))
+		status = 1;
 	if (!quiet) {
 		const json_t *streams = json_object_get(j, "streams");
 		fprintf(stderr, "%-10s %10s %8s %8s %8s %8s %8s %8s\n", "stream", "received", "lost", "dup",
@@ -437,13 +476,13 @@ int pdma_cmd_ingest(int argc, char **argv)
 	}
 	FILE *jf = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
 	if (!jf) {
-		fprintf(stderr, "peerdma ingest: cannot write %s: %s\n", json_path, strerror(errno));
+		fprintf(stderr, "%s: cannot write %s: %s\n", me, json_path, strerror(errno));
 		status = 1;
 	} else {
 		json_dumpf(j, jf, JSON_INDENT(2));
 		fputc('\n', jf);
 		if (jf != stdout && fclose(jf)) {
-			fprintf(stderr, "peerdma ingest: writing %s failed\n", json_path);
+			fprintf(stderr, "%s: writing %s failed\n", me, json_path);
 			status = 1;
 		}
 	}

@@ -10,8 +10,9 @@ import struct
 import sys
 
 
-def sent_packets(path, rate):
-    out = {}
+def data_packets(path):
+    """Every data packet of the pcap, in order sent: (stream ID, integer
+    seconds, sample count, payload bytes as sent: big-endian I/Q words)."""
     with open(path, "rb") as f:
         data = f.read()
     off = 24  # pcap global header
@@ -27,7 +28,13 @@ def sent_packets(path, rate):
         words = h & 0xFFFF
         trailer = (h >> 26) & 1
         tsi, frac = struct.unpack_from(">IQ", dg, 16)
-        spp = (words * 4 - 28 - 4 * trailer) // 4
+        yield sid, tsi, frac, dg[28:words * 4 - 4 * trailer]
+
+
+def sent_packets(path, rate):
+    out = {}
+    for sid, tsi, frac, payload in data_packets(path):
+        spp = len(payload) // 4
         out.setdefault(sid, set()).add((tsi * rate + frac) // spp)
     return out
 
@@ -59,4 +66,5 @@ def main():
     sys.exit(bad)
 
 
-main()
+if __name__ == "__main__":
+    main()

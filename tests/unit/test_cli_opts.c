@@ -93,6 +93,20 @@ static const struct optspec ingest_opts[] = {
 	{ NULL, 0, FLAG, NULL },
 };
 
+/* peerdma record: its own options, then every one of ingest's (filled in by
+ * setup: ingest's table is the one above). */
+static const char *const policies[] = { "drop-oldest", "backpressure", NULL };
+static const struct optspec record_own[] = {
+	{ "dir", 0, STR, NULL },            { "prefix", 0, STR, NULL },
+	{ "stream", 0, UINT, NULL },        { "policy", 0, CHOICE, policies },
+	{ "depth", 0, UINT, NULL },         { "block-packets", 0, UINT, NULL },
+	{ "pool-blocks", 0, UINT, NULL },   { "late-blocks", 0, UINT, NULL },
+	{ "flush-idle", 0, UINT, NULL },    { "buffer", 0, UINT, NULL },
+	{ "no-sync", 0, FLAG, NULL },       { "description", 0, STR, NULL },
+	{ NULL, 0, FLAG, NULL },
+};
+static struct optspec record_opts[64];
+
 static const struct optspec bench_opts[] = {
 	{ "json", 'j', STR, NULL }, { "iters", 'n', UINT, NULL }, { NULL, 0, FLAG, NULL },
 };
@@ -114,6 +128,7 @@ static const struct optspec deframe_opts[] = {
 static const struct cmdspec cmds[] = {
 	{ "gen", pdma_cmd_gen_check, pdma_cmd_gen, gen_opts, NULL },
 	{ "ingest", pdma_cmd_ingest_check, pdma_cmd_ingest, ingest_opts, NULL },
+	{ "record", pdma_cmd_record_check, pdma_cmd_record, record_opts, NULL },
 	{ "bench", pdma_cmd_bench_check, pdma_cmd_bench, bench_opts, benches },
 	{ "info", pdma_cmd_info_check, pdma_cmd_info, info_opts, NULL },
 	{ "demo", pdma_cmd_demo_check, pdma_cmd_demo, demo_opts, NULL },
@@ -309,7 +324,14 @@ static int names_something(const struct cmdspec *c, int argc, char **argv, const
 
 static int setup(void **state)
 {
+	size_t n = 0;
+
 	(void)state;
+	for (const struct optspec *o = record_own; o->lng; o++)
+		record_opts[n++] = *o;
+	for (const struct optspec *o = ingest_opts; o->lng; o++)
+		record_opts[n++] = *o;
+	record_opts[n] = (struct optspec){ NULL, 0, FLAG, NULL };
 	cap = tmpfile();
 	return cap ? 0 : -1;
 }

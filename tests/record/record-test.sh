@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# peerdma record end to end over loopback: gen sends 2 streams with loss,
+# duplication and reordering (and its pcap of every datagram), record writes
+# the SigMF recordings, sigmf_check.py compares them with the pcap: metadata
+# valid, data equal to what was sent, a capture exactly after each loss.
+# The cpu path always; the GPU paths (host-staged, zero-copy: blocks in GPU
+# memory) where a CUDA device is, else they say "skipped: no CUDA device".
+# Then a refusal: a missing --dir.
+# usage: tests/record/record-test.sh PEERDMA_TOOL
+set -euo pipefail
+tool=$1
+src=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+rpid=
+cleanup() {
+	[ -z "$rpid" ] || kill "$rpid" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+# Debian's python3 has numpy and jsonschema (scripts/install-deps test); a
+# python3 earlier in PATH (pyenv) may not.
+py=
+for p in python3 /usr/bin/python3; do
+	if "$p" -c 'import numpy, jsonschema' 2>/dev/null; then
+		py=$p
+		break
+	fi
+done
+[ -n "$py" ] || { echo "record-test: no python3 with numpy and jsonschema (scripts/install-deps test)"; exit 1; }
+
+# record_path PATH: 0 checked, 77 no CUDA device for it, else failed.
+record_path() {
+	local path=$1 d=$tmp/$1 port=
+	mkdir -p "$d"
+	"$tool" record --path "$path" --port 0 --dir "$d" --prefix cap --idle 1500 \
+		--json "$d/summary.json" 2>"$d/record.err" &
+	rpid=$!
+	# up to 60 s: a sanitizer's runtime starts slowly
+	for _ in $(seq 600); do
+		port=$(grep -o 'listening on 127.0.0.1:[0-9]*' "$d/record.err" | cut -d: -f2 || true)
+		[ -n "$port" ] && break
+		kill -0 "$rpid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if [ -z "$port" ]; then
+		kill "$rpid" 2>/dev/null || true
+		wait "$rpid" || true
+		rpid=
+		if [ "$path" != cpu ] && grep -q 'needs a CUDA device' "$d/record.err"; then
+			echo "record-test: --path $path: skipped: no CUDA device"
+			return 77
+		fi
+		echo "record-test: --path $path: record did not start"
+		cat "$d/record.err"
+		return 1
+	fi
+	"$tool" gen --port "$port" --streams 2 --packets 4000 --loss 10 --loss-burst 2 --dup 10 \
+		--reorder 10 --seed 7 --rate 40000 --pcap "$d/sent.pcap" >/dev/null 2>"$d/gen.err"
+	if ! wait "$rpid"; then
+		rpid=
+		echo "record-test: --path $path: peerdma record failed"
+		cat "$d/record.err"
+		return 1
+	fi
+	rpid=
+	cat "$d/record.err"
+	"$py" "$src/sigmf_check.py" "$d" cap "$d/sent.pcap" 10000000 || return 1
+	# The summary names both recordings.
+	"$py" - "$d/summary.json" <<'PY' || return 1
+import json, sys
+r = json.load(open(sys.argv[1]))["record"]
+assert len(r["streams"]) == 2 and r["blocks"] > 0 and r["bytes"] > 0, r
+assert all(s["rate_from_context"] for s in r["streams"]), r
+print("summary: %d streams, %d blocks, %d bytes" % (len(r["streams"]), r["blocks"], r["bytes"]))
+PY
+	rm -rf "$d"
+}
+
+record_path cpu
+for p in host-staged zero-copy; do
+	st=0
+	record_path "$p" || st=$?
+	[ "$st" = 0 ] || [ "$st" = 77 ] || exit 1
+done
+
+# Refusal, with its one line.
+if "$tool" record --port 0 --dir "$tmp/none" --duration 0.1 -q >/dev/null 2>"$tmp/e1"; then
+	echo "record-test: a missing --dir was accepted"; exit 1
+fi
+grep -q 'not a directory' "$tmp/e1" || { echo "record-test: missing --dir:"; cat "$tmp/e1"; exit 1; }
+echo "record-test: passed"
