@@ -55,11 +55,6 @@ static void host_free(void *arg, void *p)
 	free(p);
 }
 
-/* How far back (in windows) a stream remembers which packets it placed:
- * a placed packet that a block cannot show (its position overwritten before
- * publication, or its block dropped) is then counted, not lost silently. */
-#define SEEN_WINDOWS 4
-
 static struct pdma_blk *blk_at(struct pdma_blocks *bl, size_t i)
 {
 	return (struct pdma_blk *)(bl->blk_mem + i * bl->blk_size);
@@ -161,7 +156,7 @@ void pdma_blocks_free(struct pdma_blocks *bl)
 	pdma_blocks_free_subs(bl);
 	if (bl->st)
 		for (uint32_t i = 0; i < bl->cfg.max_streams; i++)
-			free(bl->st[i].ptag), free(bl->st[i].seen);
+			free(bl->st[i].ptag);
 	if (bl->blk_mem && bl->mem.event_destroy)
 		for (size_t i = 0; i < (size_t)bl->cfg.max_streams * bl->pool; i++)
 			if (blk_at(bl, i)->pub.cuda_event)
@@ -228,12 +223,8 @@ void pdma_blocks_observe(void *arg, const struct pdma_dfr_desc *d, uint32_t payl
 		 * senders that never reorder it: a packet before it is late). */
 		if (!s->ptag) {
 			s->ptag = calloc(bl->cfg.out_pkts, sizeof(*s->ptag));
-			s->seen = calloc((size_t)SEEN_WINDOWS * bl->cfg.out_pkts, sizeof(*s->seen));
-			if (!s->ptag || !s->seen) {
-				free(s->ptag), free(s->seen);
-				s->ptag = s->seen = NULL;
+			if (!s->ptag)
 				return;
-			}
 		}
 		s->have = true;
 		atomic_fetch_add_explicit(&bl->streams, 1, memory_order_relaxed);
@@ -252,8 +243,13 @@ void pdma_blocks_observe(void *arg, const struct pdma_dfr_desc *d, uint32_t payl
 	}
 	if (d->status == PDMA_DFR_ST_DATA) {
 		atomic_fetch_add_explicit(&bl->placed, 1, memory_order_relaxed);
-		s->ptag[d->pkt % bl->cfg.out_pkts] = d->pkt + 1;
-		s->seen[d->pkt % ((uint64_t)SEEN_WINDOWS * bl->cfg.out_pkts)] = d->pkt + 1;
+		uint64_t *t = &s->ptag[d->pkt % bl->cfg.out_pkts];
+
+		/* The deframer wrote over the packet this position held: if
+		 * that one's block is still unpublished, it is lost now. */
+		if (*t && *t - 1 >= s->next)
+			atomic_fetch_add_explicit(&bl->window_drops, 1, memory_order_relaxed);
+		*t = d->pkt + 1;
 		if (d->pkt < s->next)
 			atomic_fetch_add_explicit(&bl->late_pkts, 1, memory_order_relaxed);
 	}
@@ -266,21 +262,6 @@ static int cmp_u64(const void *a, const void *b)
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 
 	return x < y ? -1 : x > y;
-}
-
-/* Packets of [from, to) the deframer placed that the window no longer
- * holds (from < to, at most SEEN_WINDOWS windows back for exactness). */
-static uint64_t placed_lost(struct pdma_blocks *bl, const struct pdma_blk_stream *s, uint64_t from,
-			    uint64_t to)
-{
-	const uint64_t out = bl->cfg.out_pkts, sw = (uint64_t)SEEN_WINDOWS * out;
-	uint64_t n = 0;
-
-	if (to - from > sw)
-		from = to - sw;
-	for (uint64_t p = from; p < to; p++)
-		n += s->seen[p % sw] == p + 1 && s->ptag[p % out] != p + 1;
-	return n;
 }
 
 /* Placed packets of [from, to) the window still holds. */
@@ -310,8 +291,8 @@ static void publish_one(struct pdma_blocks *bl, uint32_t idx, uint64_t from, uin
 	b = pdma_blocks_get_buf(bl, idx);
 	pthread_mutex_unlock(&bl->lock);
 	if (!b) {
-		atomic_fetch_add_explicit(&bl->window_drops, placed_here(bl, s, from, to) +
-				placed_lost(bl, s, from, to), memory_order_relaxed);
+		atomic_fetch_add_explicit(&bl->window_drops, placed_here(bl, s, from, to),
+					  memory_order_relaxed);
 		return;
 	}
 	memset(b->mask, 0, (bl->B + 63) / 64 * sizeof(uint64_t));
@@ -345,12 +326,10 @@ static void publish_one(struct pdma_blocks *bl, uint32_t idx, uint64_t from, uin
 		pthread_mutex_lock(&bl->lock);
 		pdma_blocks_put_buf(bl, b);
 		pthread_mutex_unlock(&bl->lock);
-		atomic_fetch_add_explicit(&bl->window_drops, placed_here(bl, s, from, to) +
-				placed_lost(bl, s, from, to), memory_order_relaxed);
+		atomic_fetch_add_explicit(&bl->window_drops, placed_here(bl, s, from, to),
+					  memory_order_relaxed);
 		return;
 	}
-	/* placed, then overwritten before this publication: a gap here */
-	atomic_fetch_add_explicit(&bl->window_drops, placed_lost(bl, s, from, to), memory_order_relaxed);
 	b->pub.stream_id = s->stream_id;
 	b->pub.samples_per_packet = s->spp;
 	b->pub.first_sample = from * s->spp;
@@ -383,7 +362,8 @@ static void publish_stream(struct pdma_blocks *bl, uint32_t idx, bool flush)
 	 * restarted with a later timestamp): of the blocks entirely more than
 	 * a window behind the newest packet, only those the window still
 	 * holds packets of are published; the others are skipped (consumers
-	 * see first_sample jump) and their placed packets counted as dropped.
+	 * see first_sample jump): what they had placed was overwritten, and
+	 * counted then (pdma_blocks_observe).
 	 * One pass over the window finds them, however long the jump. */
 	if (s->high + 1 > out && s->next < (s->high + 1 - out) / bl->B * bl->B) {
 		const uint64_t bound = (s->high + 1 - out) / bl->B * bl->B;
@@ -402,15 +382,9 @@ static void publish_stream(struct pdma_blocks *bl, uint32_t idx, bool flush)
 
 			if (i && k == bl->scratch[i - 1])
 				continue;
-			if (from > at)
-				atomic_fetch_add_explicit(&bl->window_drops, placed_lost(bl, s, at, from),
-							  memory_order_relaxed);
 			publish_one(bl, idx, from, (k + 1) * bl->B);
 			at = (k + 1) * bl->B;
 		}
-		if (bound > at)
-			atomic_fetch_add_explicit(&bl->window_drops, placed_lost(bl, s, at, bound),
-						  memory_order_relaxed);
 		s->next = bound;
 	}
 	for (;;) {

@@ -73,7 +73,6 @@ struct pdma_blk_stream {
 	uint64_t next;            /* first packet of the next unpublished block */
 	uint64_t high;            /* highest data packet index seen */
 	uint64_t *ptag;           /* [out_pkts] p + 1 of the packet at each position */
-	uint64_t *seen;           /* [4 * out_pkts] p + 1 of each placed packet (blocks.c) */
 	struct pdma_blk *free;
 	uint32_t nfree;
 	uint32_t ctx_fields;
