@@ -108,7 +108,9 @@ struct pdma_ingest_attr {
 	uint32_t max_streams;     /* default 16 */
 	uint32_t max_payload;     /* payload bytes per packet, at most (default 8192) */
 	uint32_t block_packets;   /* packets per block (default 64) */
-	uint32_t window_blocks;   /* blocks in each stream's output window (default 16) */
+	uint32_t window_blocks;   /* buffers in each stream's block pool, and the least
+				   * size of its deframer window in blocks (default 16;
+				   * the window grows to hold a receive batch) */
 	uint32_t late_blocks;     /* publish a block once its stream is this many
 				   * blocks past its end (default 1; 0: at once) */
 	int cuda_device;          /* GPU paths: the device ordinal (default 0) */
@@ -131,7 +133,8 @@ struct pdma_block {
 	uint32_t npackets;        /* block_packets */
 	uint32_t gaps;            /* packets of the block that never came (zero samples) */
 	const uint64_t *gap_mask; /* bit i of word i / 64 set: packet i is a gap */
-	uint64_t seq;             /* the stream's block number: first_sample / nsamples */
+	uint64_t seq;             /* the block's number in its stream: its first packet
+				   * index / block_packets */
 	void *data;               /* the samples (host or device address) */
 	enum pdma_block_mem mem;
 	int device;               /* CUDA device ordinal (mem != PDMA_BLOCK_HOST) */
@@ -158,7 +161,9 @@ struct pdma_sub_attr {
 	uint32_t size;            /* sizeof(struct pdma_sub_attr) (pdma_sub_attr_init) */
 	uint64_t stream_id;       /* one VITA-49 stream ID, or PDMA_SUB_ALL_STREAMS */
 	enum pdma_sub_policy policy;
-	uint32_t depth;           /* queued blocks at most (default 8) */
+	uint32_t depth;           /* queued blocks at most (default 8); a stream's blocks
+				   * queued and held are also bounded by its pool
+				   * (window_blocks) */
 	pdma_block_cb cb;         /* NULL: pdma_sub_next; else a delivery thread calls it */
 	void *cb_arg;
 };
