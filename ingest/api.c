@@ -3,6 +3,7 @@
  * the full configuration of ingest.h, with blocks for subscribers. The nic
  * path's domain (kernel device) and event queue (revocations) are opened
  * here and closed with the session. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -86,6 +87,9 @@ int pdma_ingest_open(const struct pdma_ingest_attr *a, struct pdma_ingest **out,
 		return fail(msg, msglen, -EINVAL, "block_packets: 1 to 65536");
 	if (a->late_blocks > 64 || a->window_blocks < a->late_blocks + 2 || a->window_blocks > 4096)
 		return fail(msg, msglen, -EINVAL, "window_blocks: late_blocks + 2 to 4096 (late_blocks <= 64)");
+	struct in_addr ia;
+	if (a->bind_addr && inet_pton(AF_INET, a->bind_addr, &ia) != 1)
+		return fail(msg, msglen, -EINVAL, "bind_addr: not a dotted-quad IPv4 address");
 	pdma_ingest_config_default(&c);
 	c.bind_addr = a->bind_addr ? a->bind_addr : "127.0.0.1";
 	c.port = a->port;
@@ -138,6 +142,9 @@ int pdma_ingest_open(const struct pdma_ingest_attr *a, struct pdma_ingest **out,
 	}
 	ret = pdma_ingest_open_config(&c, &ing, msg, msglen);
 	if (ret) {
+		if (msg && msglen && !msg[0])
+			snprintf(msg, msglen, "the receive session (%s:%u): %s", c.bind_addr, c.port,
+				 strerror(-ret));
 		if (c.eq)
 			pdma_eq_close(c.eq);
 		if (c.domain)

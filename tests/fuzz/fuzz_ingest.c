@@ -76,11 +76,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	a.flush_idle_ms = (uint32_t)take(&data, &size, 2);
 	if (take(&data, &size, 1) == 0xa5)
 		a.size = (uint32_t)take(&data, &size, 1);
+	/* libFuzzer stops at a 2 GB allocation (its malloc limit), though the
+	 * window's calloc costs nothing until written: attributes whose window
+	 * and pools would pass 256 MiB are left out (their checks are the same
+	 * code as the smaller ones'). */
+	double blocks = (double)a.window_blocks + a.late_blocks + 2 + 2048.0 / (a.block_packets ? a.block_packets : 1);
+	if ((double)a.max_streams * blocks * a.block_packets * a.max_payload * 2 > 256.0 * 1024 * 1024)
+		return 0;
 	ret = pdma_ingest_open(&a, &ing, msg, sizeof(msg));
 	allowed(ret, open_ok, "pdma_ingest_open");
 	if (ret) {
 		if (ret == -EINVAL && !msg[0]) {
-			fprintf(stderr, "EINVAL without a message\n");
+			fprintf(stderr, "EINVAL without a message (path %d, bind '%s', threads %u, rate %llu, "
+				"streams %u, payload %u, block %u, window %u, late %u)\n", (int)a.path,
+				a.bind_addr, a.threads, (unsigned long long)a.sample_rate, a.max_streams,
+				a.max_payload, a.block_packets, a.window_blocks, a.late_blocks);
 			abort();
 		}
 		return 0;

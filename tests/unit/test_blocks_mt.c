@@ -485,7 +485,10 @@ static void test_blocks_bad_input(void **state)
 	assert_int_equal(pdma_ingest_open(&a, &ing, msg, sizeof(msg)), -EINVAL);
 	pdma_ingest_attr_init(&a);
 	a.bind_addr = "300.1.2.3";
-	assert_true(pdma_ingest_open(&a, &ing, msg, sizeof(msg)) < 0);
+	assert_int_equal(pdma_ingest_open(&a, &ing, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "bind_addr"));
+	a.bind_addr = "";
+	assert_int_equal(pdma_ingest_open(&a, &ing, msg, sizeof(msg)), -EINVAL);
 	pdma_ingest_attr_init(&a);
 	assert_int_equal(pdma_ingest_open(&a, &ing, NULL, 0), 0);
 	pdma_sub_attr_init(&sa);
