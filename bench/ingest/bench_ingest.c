@@ -11,12 +11,15 @@
  *      into pinned memory plus one copy per packet;
  *  (e) small batches (16..1024 packets of 1500 B) back to back through the
  *      zero-copy and host-staged paths: stream launch vs CUDA graph launch;
+ *  (f) consumers of the public ingest API (include/peerdma/ingest.h): block
+ *      delivery latency, and each consumer's throughput against the receive
+ *      rate of the same run;
  *  (x) the deframer's kernels and copies of its data volume without the
  *      deframing (a copy kernel, the payload moves alone), per size.
  * Prints a table per part and writes everything as JSON (--json FILE).
- * Parts a, b, e and x are in gpu_parts.c, c and d in loopback_parts.c; the
- * GPU timings come from the benchmarks' GPU module (gpu_bench.h), which is
- * the deframer module plus the measurements.
+ * Parts a, b, e and x are in gpu_parts.c, c and d in loopback_parts.c, f in
+ * consumer_parts.c; the GPU timings come from the benchmarks' GPU module
+ * (gpu_bench.h), which is the deframer module plus the measurements.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -144,7 +147,7 @@ int main(int argc, char **argv)
 		{ 0 }
 	};
 	struct ctx x = { 0 };
-	const char *json_path = NULL, *parts = "abcde";
+	const char *json_path = NULL, *parts = "abcdef";
 	int opt;
 
 	while ((opt = getopt_long(argc, argv, "qj:p:i:s:x:r:h", opts, NULL)) != -1) {
@@ -165,7 +168,7 @@ int main(int argc, char **argv)
 		case 'x': x.xlist = optarg; break;
 		case 'r': x.rxlist = optarg; break;
 		case 'h':
-			printf("usage: bench_ingest [--quick] [--parts abcdex] [--json FILE] [--iters N]\n"
+			printf("usage: bench_ingest [--quick] [--parts abcdefx] [--json FILE] [--iters N]\n"
 			       "                    [--sizes 1024,1500,...] [--x d2d,copy,simple,skel1,skel4,v7s,v11,auto,hdr,cpass,touch,touchp]\n"
 			       "                    [--rx recvmmsg,io_uring]   (receive I/O of part c; default both)\n");
 			return 0;
@@ -209,6 +212,8 @@ int main(int argc, char **argv)
 		part_d(&x, ours1);
 	if (strchr(parts, 'e'))
 		part_e(&x);
+	if (strchr(parts, 'f'))
+		part_f(&x);
 	if (strchr(parts, 'x'))
 		part_x(&x);
 	json_decref(ours1);

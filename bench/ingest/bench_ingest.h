@@ -49,5 +49,7 @@ void part_x(struct ctx *x);
 /* loopback_parts.c: receive over 127.0.0.1. */
 void part_c(struct ctx *x, json_t **best1);
 void part_d(struct ctx *x, json_t *ours1);
+/* consumer_parts.c: consumers of the public ingest API. */
+void part_f(struct ctx *x);
 
 #endif /* PDMA_BENCH_INGEST_H */

@@ -13,22 +13,29 @@
  *    first packet, and a block published early ends at the newest packet).
  *  - A subscription (struct pdma_sub) names the streams it wants (all, or one
  *    stream ID) and how the producer treats it when it falls behind (policy).
- *  - A block (struct pdma_block) is a view of block_packets consecutive
- *    packet positions of one stream, in place in the output window: no copy.
- *    It is published once the stream has moved block_packets * late_blocks
- *    packets past its end (room for reordered packets), when nothing has
- *    arrived for flush_idle_ms, or when the session stops. Packets that never came are gaps: their samples read as zero and
- *    their bits are set in the block's gap mask. A packet that arrives after
- *    its block was published is not written into it (counted: late).
- *  - The consumer holds a block until pdma_block_release(); nothing writes the
- *    block's samples meanwhile. A held block keeps its window positions: when
- *    a stream's window is full of held and queued blocks, what follows is
- *    dropped (drop-oldest: the oldest block not yet taken from the queue;
- *    backpressure: the deframer waits, the receive rings fill, and the
- *    receive path drops and counts).
+ *  - A block (struct pdma_block) holds block_packets consecutive packet
+ *    positions of one stream. It is published once the stream has moved
+ *    block_packets * late_blocks packets past its end (room for reordered
+ *    packets), when nothing has arrived for flush_idle_ms, or when the
+ *    session stops. Publication copies the block's packets out of the
+ *    window into a buffer of the stream's pool (window_blocks buffers, in
+ *    the window's memory: host or GPU), converting the byte order; streams
+ *    nobody subscribes to are not copied. Packets that never came are
+ *    gaps: their samples read as zero and their bits are set in the
+ *    block's gap mask. A packet that arrives after its block was published
+ *    is not in it (counted: late).
+ *  - The consumer holds a block until pdma_block_release(); nothing writes
+ *    the block's buffer meanwhile, however far the window has moved on.
+ *    Held and queued blocks take buffers of their stream's pool: when a
+ *    block is published and its pool has none free, drop-oldest takes the
+ *    oldest block of that stream from the queue of the subscription that
+ *    queues most (counted there: overruns, overrun_packets); backpressure
+ *    makes the deframer wait for a release, the receive rings fill, and
+ *    the receive path drops (ring_overruns, socket_drops). A block whose
+ *    every buffer is held by consumers is dropped (window_drops).
  *
  * Samples: complex 16-bit integers (I then Q), in host byte order: the
- * deframer converts VITA-49's big-endian payload as it places it
+ * copy into the pool converts VITA-49's big-endian payload
  * (PDMA_FMT_CI16). sample index = integer seconds * sample rate + the
  * timestamp's sample count (TSF = 1), so first_sample says where the block
  * sits in time.
@@ -173,8 +180,9 @@ struct pdma_ingest_stats {
 	uint64_t ring_overruns;      /* receive path: dropped, ring full */
 	uint64_t socket_drops;       /* receive path: dropped by the kernel */
 	uint64_t packets_placed;     /* data packets written into a window */
-	uint64_t window_drops;       /* data packets dropped: their block was still held
-				      * or queued (window full) */
+	uint64_t window_drops;       /* data packets placed but in no block: the window
+				      * wrapped over them before their block was
+				      * published, or every pool buffer was held */
 	uint64_t late;               /* data packets after their block was published (placed
 				      * = in blocks + window_drops + late, for a subscriber
 				      * that takes every block) */

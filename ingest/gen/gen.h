@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/uio.h>
 
 /* The largest packet_size: the UDP payload over IPv4 (65535 - 20 IPv4 - 8 UDP
  * header bytes = 65507) in whole 32-bit words. The VRT size field allows
@@ -79,6 +80,12 @@ struct pdma_gen_send_opts {
 			       * pcap): thread t owns streams t, t + T, ... and their
 			       * sockets and sends its share of rate_pps. What each
 			       * stream sends and injects does not depend on T. */
+	/* optional (benchmarks: bench_ingest's delivery latency): called by a
+	 * sender thread just before each sendmmsg, with the batch's datagrams
+	 * and the CLOCK_MONOTONIC time (pdma_gen_now); from several threads
+	 * at once when threads > 1 */
+	void (*on_send)(void *arg, const struct iovec *iov, uint32_t n, double t);
+	void *on_send_arg;
 };
 int pdma_gen_send(struct pdma_gen *g, const struct pdma_gen_send_opts *o);
 /* Ethernet frames instead of datagrams (gen/eth.h: e's addresses and

@@ -146,6 +146,8 @@ static int send_subset(struct send_ctx *x, uint32_t first)
 			break;
 		}
 		if (nb && (len == 0 || si != bstream || nb == SEND_BATCH)) {
+			if (o->on_send)
+				o->on_send(o->on_send_arg, iov, nb, pdma_gen_now());
 			ret = pdma_gen_flush(fds[(bstream - first) / step], msg, nb);
 			if (ret)
 				goto out;
