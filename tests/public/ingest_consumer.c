@@ -43,6 +43,8 @@ struct seen {
 	int have;
 };
 
+static unsigned long long bad_packets; /* packets with a sample not gen's */
+
 /* One block against gen's formula and the stream's previous block; counts
  * the stream done once it reaches npkts packets. 1 if anything was wrong. */
 static int check_block(struct seen *st, unsigned nstreams, uint64_t npkts, unsigned *done,
@@ -81,9 +83,11 @@ static int check_block(struct seen *st, unsigned nstreams, uint64_t npkts, unsig
 			uint64_t n = (uint64_t)i * b->samples_per_packet + j;
 			uint32_t w = gap ? 0 : gen_sample(b->stream_id, b->first_sample + n);
 			if (iq[2 * n] != (int16_t)(w >> 16) || iq[2 * n + 1] != (int16_t)(w & 0xffff)) {
-				fprintf(stderr, "stream %#x sample %llu: %d,%d want %d,%d\n", b->stream_id,
-					(unsigned long long)(b->first_sample + n), iq[2 * n], iq[2 * n + 1],
-					(int16_t)(w >> 16), (int16_t)(w & 0xffff));
+				/* the first few say what is wrong; main says how many */
+				if (++bad_packets <= 8)
+					fprintf(stderr, "stream %#x sample %llu: %d,%d want %d,%d\n", b->stream_id,
+						(unsigned long long)(b->first_sample + n), iq[2 * n],
+						iq[2 * n + 1], (int16_t)(w >> 16), (int16_t)(w & 0xffff));
 				bad = 1;
 				break;
 			}
@@ -176,6 +180,8 @@ int main(int argc, char **argv)
 		"%llu window drops\n", blocks, flushed, (unsigned long long)is.datagrams,
 		(unsigned long long)is.packets_placed, (unsigned long long)is.late,
 		(unsigned long long)is.window_drops);
+	if (bad_packets)
+		fprintf(stderr, "%llu packets with a sample that is not gen's\n", bad_packets);
 	for (unsigned k = 0; k < nstreams; k++)
 		printf("STREAM %u %llu %llu %llu\n", st[k].id, (unsigned long long)st[k].first,
 		       (unsigned long long)(st[k].next - st[k].first), (unsigned long long)st[k].gaps);
