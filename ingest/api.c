@@ -115,6 +115,11 @@ int pdma_ingest_open(const struct pdma_ingest_attr *a, struct pdma_ingest **out,
 		c.ring_slots = 2048;
 		break;
 	case PDMA_INGEST_PATH_NIC:
+		/* the frame parser skips every frame whose UDP destination port
+		 * is not this one: 0 would silently skip them all */
+		if (!a->port)
+			return fail(msg, msglen, -EINVAL,
+				    "port: the nic path needs the frames' UDP destination port (not 0)");
 		c.path = PDMA_RX_NIC;
 		c.threads = 1;
 		c.nic.dev = a->nic_dev;

@@ -143,6 +143,7 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 		goto err;
 	}
 	if (c->path == PDMA_RX_NIC) {
+		ing->port = c->port; /* the port the frames carry (pdma_ingest_port) */
 		ing->rx[0].ing = ing;
 		ret = nic_open(ing, msg, msglen);
 		if (ret)

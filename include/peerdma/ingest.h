@@ -109,7 +109,8 @@ struct pdma_ingest_attr {
 	uint32_t size;            /* sizeof(struct pdma_ingest_attr) (pdma_ingest_attr_init) */
 	enum pdma_ingest_path_kind path;
 	const char *bind_addr;    /* IPv4 address (default 127.0.0.1) */
-	uint16_t port;            /* 0: ephemeral (pdma_ingest_port) */
+	uint16_t port;            /* 0: ephemeral (pdma_ingest_port); nic path: the UDP
+				   * destination port its frames carry (not 0) */
 	uint32_t threads;         /* receive threads (default 1) */
 	uint64_t sample_rate;     /* samples per second (default 1e7, as peerdma gen; the timestamps' unit) */
 	uint32_t max_streams;     /* default 16 */

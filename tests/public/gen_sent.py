@@ -4,8 +4,13 @@
 (sample count / samples per packet, from the VITA-49 timestamps), against
 the GAP/STREAM lines of tests/public/ingest_consumer.c: every packet between
 a stream's first and last that gen did not send must be a gap, and every gap
-a packet gen did not send.
-usage: gen_sent.py PCAP SAMPLE_RATE CONSUMER_OUTPUT"""
+a packet gen did not send. The pcap is gen's Ethernet/IPv4/UDP frames, from
+`gen --pcap` (loopback, tests/install-test.sh) or `gen --eth --pcap` (the
+frames QEMU's e1000 received, tests/vm/run's nic_system api run: no
+--malformed, so every frame is a VITA-49 datagram); other lines of the
+consumer's output are ignored.
+--tap: each line starts "ok - " or "not ok - " (tests/vm/run counts them).
+usage: gen_sent.py [--tap] PCAP SAMPLE_RATE CONSUMER_OUTPUT"""
 import struct
 import sys
 
@@ -40,29 +45,41 @@ def sent_packets(path, rate):
 
 
 def main():
-    sent = sent_packets(sys.argv[1], int(sys.argv[2]))
+    args = sys.argv[1:]
+    tap = args[:1] == ["--tap"]
+    if tap:
+        args = args[1:]
+    if len(args) != 3:
+        sys.exit(__doc__)
+    bad = 0
+
+    def say(ok, text):
+        nonlocal bad
+        bad |= not ok
+        print(("ok - " if ok else "not ok - ") + text if tap else text)
+
+    sent = sent_packets(args[0], int(args[1]))
     gaps, streams = {}, {}
-    for line in open(sys.argv[3]):
+    for line in open(args[2]):
         w = line.split()
         if w and w[0] == "GAP":
             gaps.setdefault(int(w[1]), set()).add(int(w[2]))
         elif w and w[0] == "STREAM":
             streams[int(w[1])] = (int(w[2]), int(w[3]))
-    bad = 0
     for sid, pkts in sorted(sent.items()):
         first, n = streams.get(sid, (None, 0))
         want_gaps = set(range(min(pkts), max(pkts) + 1)) - pkts
         if first != min(pkts) or first + n != max(pkts) + 1:
-            print(f"stream {sid:#x}: blocks cover [{first}, +{n}), gen sent [{min(pkts)}, {max(pkts)}]")
-            bad = 1
+            say(False, f"stream {sid:#x}: blocks cover [{first}, +{n}), gen sent [{min(pkts)}, {max(pkts)}]")
         if gaps.get(sid, set()) != want_gaps:
-            print(f"stream {sid:#x}: gaps {sorted(gaps.get(sid, set()) ^ want_gaps)[:8]} differ from gen's losses")
-            bad = 1
-        else:
-            print(f"stream {sid:#x}: {len(pkts)} packets in order, {len(want_gaps)} gaps exactly where gen lost")
+            say(False, f"stream {sid:#x}: gaps {sorted(gaps.get(sid, set()) ^ want_gaps)[:8]} differ from gen's losses")
+        elif first == min(pkts) and first + n == max(pkts) + 1:
+            say(True, f"stream {sid:#x}: {len(pkts)} packets in order, {len(want_gaps)} gaps exactly where gen lost")
+    extra = sorted((set(streams) | set(gaps)) - set(sent))
+    if extra:
+        say(False, f"streams gen never sent: {[hex(x) for x in extra]}")
     if not sent:
-        print("no data packets in the pcap")
-        bad = 1
+        say(False, "no data packets in the pcap")
     sys.exit(bad)
 
 

@@ -489,6 +489,12 @@ static void test_blocks_bad_input(void **state)
 	assert_non_null(strstr(msg, "bind_addr"));
 	a.bind_addr = "";
 	assert_int_equal(pdma_ingest_open(&a, &ing, msg, sizeof(msg)), -EINVAL);
+	/* the nic path has no ephemeral port: its frames carry one, and the
+	 * frame parser would skip every frame for port 0 (before any device) */
+	pdma_ingest_attr_init(&a);
+	a.path = PDMA_INGEST_PATH_NIC;
+	assert_int_equal(pdma_ingest_open(&a, &ing, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "port"));
 	pdma_ingest_attr_init(&a);
 	assert_int_equal(pdma_ingest_open(&a, &ing, NULL, 0), 0);
 	pdma_sub_attr_init(&sa);

@@ -12,7 +12,9 @@
 # under test.
 #
 # Runs: full (every stream's accounting, malformed frames, the bytes in GPU
-# memory), revoke (the GPU memory freed while the NIC receives), kill
+# memory), api (the public ingest API, <peerdma/ingest.h>, on the NIC:
+# tests/public/ingest_consumer.c checks every sample of every block as it
+# arrives; the host compares its gaps with gen's pcap), revoke (the GPU memory freed while the NIC receives), kill
 # (kill -9 of ingest while the NIC receives), tx (VITA-49 frames built in
 # GPU memory, transmitted by the NIC: `peerdma gen --eth --nic`; the host
 # compares them with its own gen's). After each: no pin left.
@@ -38,6 +40,20 @@ bounded_wait() {
 	kill $bw 2>/dev/null
 	return $bst
 }
+# PID FILE PATTERN: wait (20 s at most) until the receiver PID has written
+# PATTERN to FILE, i.e. has attached the NIC; 1 if it ended or never did
+attached() {
+	i=0
+	while [ $i -lt 200 ]; do
+		# QEMU's e1000 stalls reception for 1 s after the receiver is
+		# enabled: what came meanwhile would wait in the host's socket
+		grep -qs "$3" "$2" && sleep 1.5 && return 0
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
 # NAME ARGS...: ingest in the background until it has attached the NIC
 ingest_bg() {
 	n=$1
@@ -45,15 +61,7 @@ ingest_bg() {
 	rm -f /tmp/$n.json /tmp/$n.err
 	peerdma ingest --path nic --deframer cpu --port 4991 --max-streams 8 --out-packets 1024 --json /tmp/$n.json "$@" 2>/tmp/$n.err &
 	pid=$!
-	i=0
-	while [ $i -lt 200 ]; do
-		# QEMU's e1000 stalls reception for 1 s after the receiver is
-		# enabled: what came meanwhile would wait in the host's socket
-		grep -qs 'receiving on' /tmp/$n.err && sleep 1.5 && return 0
-		kill -0 $pid 2>/dev/null || break
-		sleep 0.1
-		i=$((i + 1))
-	done
+	attached $pid /tmp/$n.err 'receiving on' && return 0
 	sed 's/^/  /' /tmp/$n.err
 	return 1
 }
@@ -88,6 +96,39 @@ else
 	bounded_wait $pid 10
 fi
 pins_zero full
+
+# -- api: the public ingest API on the NIC. tests/public/ingest_consumer.c,
+# written against <peerdma/ingest.h> only (libpeerdma_ingest.so), opens a
+# PDMA_INGEST_PATH_NIC session, takes every stream's blocks while they arrive
+# and checks each sample against gen's formula (gaps read as zeros, blocks
+# follow without hole or overlap); its GAP/STREAM lines go to the host, which
+# compares them with gen's pcap (tests/public/gen_sent.py). api_packets:
+# tests/vm/run's api gen sends as many per stream.
+api_packets=400
+rm -f /tmp/api.out /tmp/api.err
+PDMA_CONSUMER_NIC=/dev/peerdma_nic0 ingest_consumer 2 $api_packets >/tmp/api.out 2>/tmp/api.err &
+pid=$!
+if attached $pid /tmp/api.out '^PORT '; then
+	res 0 "api: the public API's nic session attached the NIC"
+	pdtest nicctl "RUN api"
+	# quiet for 5 s after its last block ends it (at most 60 s before the first)
+	bounded_wait $pid 120
+	st=$?
+	sed 's/^/  /' /tmp/api.err
+	res $st "api: every sample of every block as gen sent it, gaps zero, no hole or overlap (exit status $st)"
+	pdtest nicctl "WAIT api" "DONE api 0"
+	res $? "api: gen on the host finished"
+	# one marker pair around the consumer's lines, for tests/vm/run to cut out
+	echo "PDNIC-OUT-BEGIN api"
+	cat /tmp/api.out
+	echo "PDNIC-OUT-END api"
+else
+	sed 's/^/  /' /tmp/api.err
+	res 1 "api: the public API's nic session attached the NIC"
+	kill $pid 2>/dev/null
+	bounded_wait $pid 10
+fi
+pins_zero api
 
 # -- revoke: the application frees the receive memory while the NIC writes
 if ingest_bg revoke --nic-bufs 512 --revoke-after 100 --duration 120; then
