@@ -79,7 +79,10 @@ class Session(_Scoped):
 
     Keyword arguments are struct pdma_ingest_attr's fields; None keeps the
     library's default. path is "cpu", "host-staged", "zero-copy" or "nic".
-    The session is open once constructed; start() begins receiving.
+    port: on the socket paths 0 picks an ephemeral port (Session.port); on
+    the nic path it is the UDP destination port the frames carry, and 0 is
+    refused (InvalidArgument). The session is open once constructed;
+    start() begins receiving.
     """
 
     _ATTRS = ("threads", "sample_rate", "max_streams", "max_payload", "block_packets",
@@ -143,7 +146,8 @@ class Session(_Scoped):
 
     @property
     def port(self):
-        """The UDP port it receives on (the ephemeral one for port=0)."""
+        """The UDP port it receives on (the ephemeral one for port=0; on the
+        nic path the port its frames carry)."""
         return lib().pdma_ingest_port(self._live())
 
     @property

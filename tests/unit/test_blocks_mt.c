@@ -368,10 +368,21 @@ static void test_blocks_callback(void **state)
 	pdma_sub_close(cs[0]);
 	pdma_sub_close(cs[1]);
 	pdma_sub_close(all);
+	struct pdma_ingest_stats st;
+	pdma_ingest_stats(ing, &st);
+	/* Backpressure: a callback thread starved of CPU (a loaded machine)
+	 * holds the deframer up until the receive path drops; each data packet
+	 * it drops is one more gap. Without drops the gaps are gen's losses
+	 * exactly; with them, every placed packet is still in a block or
+	 * counted. */
+	uint64_t rx_drops = st.socket_drops + st.ring_overruns;
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(c[i].pkts, 1000);
-		assert_int_equal(c[i].gaps, j.lost[i]);
+		assert_true(c[i].gaps >= j.lost[i]);
+		if (!rx_drops)
+			assert_int_equal(c[i].gaps, j.lost[i]);
 	}
+	assert_int_equal(2000 - c[0].gaps - c[1].gaps + st.window_drops + st.late, st.packets_placed);
 	assert_int_equal(n, c[0].blocks + c[1].blocks);
 	pdma_ingest_close(ing);
 }
