@@ -4,20 +4,23 @@
  * (include/peerdma/ingest.h), gen -> a session over loopback -> a
  * subscription, per receive path and consumer style (pdma_sub_next, a
  * callback, or no subscriber at all):
- *  - delivery latency: from the moment the sender hands a packet to the
- *    loopback socket (just before its sendmmsg: an upper bound of its
- *    arrival, a few microseconds early) to the moment its block is in the
- *    consumer's hands (pdma_sub_next returned or the callback ran; on the
- *    GPU paths, once the block's event completed). Per block, for its
- *    newest packet (what the pipeline adds: receive, deframe, publication,
- *    queue, wake-up) and for its oldest (plus the time the block takes to
- *    fill at the stream's rate), at a paced rate; late_blocks 0 throughout
+ *  - delivery latency: from a packet's arrival in the receive socket to
+ *    the moment its block is in the consumer's hands (pdma_sub_next
+ *    returned or the callback ran; on the GPU paths, once the block's
+ *    event completed). Over loopback a datagram arrives inside the
+ *    sendmmsg that carries it, so the latency lies between the one from
+ *    just after that call (lo: a lower bound) and the one from just
+ *    before it (hi: an upper bound); in the paced runs gen sends one
+ *    datagram per call, so the two are a few microseconds apart. Per block, for its newest packet (what the pipeline adds:
+ *    receive, deframe, publication, queue, wake-up) and for its oldest
+ *    (plus the time the block takes to fill at the stream's rate: hi), at
+ *    a paced rate; late_blocks 0 throughout
  *    (gen does not reorder here; each late block would add one block's
  *    fill time to both);
- *  - throughput: unpaced, the consumer's delivered packets and sample
- *    bytes per second against the datagrams the receive path took in the
- *    same run; the run without a subscriber shows what the receive path
- *    does without the copy out into blocks.
+ *  - throughput: unpaced (one sender thread per stream), the consumer's
+ *    delivered packets and sample bytes per second against the datagrams
+ *    the receive path took in the same run; the run without a subscriber
+ *    shows what the receive path does without the copy out into blocks.
  * The consumer reads every sample of a host block (a sum), so its rate
  * includes touching the data once.
  */
@@ -46,9 +49,12 @@ struct fstate {
 	const struct pdma_gen_config *g;
 	uint64_t k0;              /* gen's first packet index */
 	uint32_t spp;
-	double *tsend;            /* [streams * packets]: send time of each packet */
+	/* [streams * packets]: each packet's sendmmsg, just before and just
+	 * after (the sender thread writes, the consumer reads: a block can be
+	 * taken before the call that carried its packets has returned) */
+	_Atomic double *tsend, *tsent;
 	_Atomic uint64_t handed;  /* datagrams handed to sendmmsg */
-	double *lat_new, *lat_old;
+	double *lat_new, *lat_new_lo, *lat_old;
 	size_t nlat, caplat;
 	uint64_t blocks, packets, bytes;
 	double t_first, t_last;   /* first and last block taken */
@@ -63,13 +69,14 @@ struct fstate {
 };
 
 /* gen's sender threads, just before each sendmmsg. */
-static void on_send(void *arg, const struct iovec *iov, uint32_t n, double t)
+static void on_send(void *arg, const struct iovec *iov, uint32_t n, double t, bool after)
 {
 	struct fstate *f = arg;
 	const struct pdma_gen_config *g = f->g;
 	struct pdma_vrt_packet v;
 
-	atomic_fetch_add_explicit(&f->handed, n, memory_order_relaxed);
+	if (!after)
+		atomic_fetch_add_explicit(&f->handed, n, memory_order_relaxed);
 	for (uint32_t i = 0; i < n; i++) {
 		if (pdma_vrt_parse(iov[i].iov_base, iov[i].iov_len, PDMA_VRT_EXACT, &v) < 0 ||
 		    v.type != PDMA_VRT_DATA_SID)
@@ -77,7 +84,8 @@ static void on_send(void *arg, const struct iovec *iov, uint32_t n, double t)
 		uint32_t si = v.stream_id - g->stream_id_base;
 		uint64_t k = ((uint64_t)v.ts_int * g->sample_rate + v.ts_frac) / f->spp - f->k0;
 		if (si < g->streams && k < g->packets)
-			f->tsend[(size_t)si * g->packets + k] = t;
+			atomic_store_explicit(&(after ? f->tsent : f->tsend)[(size_t)si * g->packets + k], t,
+					      memory_order_relaxed);
 	}
 }
 
@@ -122,18 +130,23 @@ static void take(struct fstate *f, struct pdma_block *b)
 	f->full_bytes += (b->npackets - b->gaps) * (uint64_t)b->samples_per_packet * b->bytes_per_sample;
 	uint32_t si = b->stream_id - g->stream_id_base;
 	uint64_t k0 = b->first_sample / f->spp - f->k0;
-	double tn = 0, to = 1e300;
+	double tn = 0, tna = 0, to = 1e300;
 	for (uint32_t i = 0; i < b->npackets && si < g->streams; i++) {
 		if (b->gap_mask[i / 64] >> (i % 64) & 1 || k0 + i >= g->packets)
 			continue;
-		double ts = f->tsend[(size_t)si * g->packets + k0 + i];
-		if (ts > tn)
+		size_t at = (size_t)si * g->packets + k0 + i;
+		double ts = atomic_load_explicit(&f->tsend[at], memory_order_relaxed);
+		if (ts > tn) {
 			tn = ts;
+			tna = atomic_load_explicit(&f->tsent[at], memory_order_relaxed);
+		}
 		if (ts < to)
 			to = ts;
 	}
 	if (tn > 0 && f->nlat < f->caplat) {
 		f->lat_new[f->nlat] = t - tn;
+		/* taken before its sendmmsg returned: the lower bound is 0 */
+		f->lat_new_lo[f->nlat] = tna > 0 && tna < t ? t - tna : 0;
 		f->lat_old[f->nlat++] = t - to;
 	}
 	pdma_block_release(b);
@@ -210,12 +223,14 @@ static int f_run(const struct frun *r, uint64_t packets, json_t *arr)
 	f.g = &g;
 	f.spp = pdma_gen_payload_len(&g) / 4;
 	f.k0 = ((uint64_t)g.ts_start * g.sample_rate + f.spp - 1) / f.spp;
-	f.tsend = calloc((size_t)g.streams * g.packets, sizeof(double));
+	f.tsend = calloc((size_t)g.streams * g.packets, sizeof(*f.tsend));
+	f.tsent = calloc((size_t)g.streams * g.packets, sizeof(*f.tsent));
 	f.caplat = (size_t)(g.streams * g.packets / 64 + 16 * g.streams);
 	f.lat_new = calloc(f.caplat, sizeof(double));
+	f.lat_new_lo = calloc(f.caplat, sizeof(double));
 	f.lat_old = calloc(f.caplat, sizeof(double));
 	f.buf = malloc(pdma_gen_payload_len(&g));
-	if (!f.tsend || !f.lat_new || !f.lat_old || !f.buf) {
+	if (!f.tsend || !f.tsent || !f.lat_new || !f.lat_new_lo || !f.lat_old || !f.buf) {
 		e = -ENOMEM;
 		goto out;
 	}
@@ -257,6 +272,12 @@ static int f_run(const struct frun *r, uint64_t packets, json_t *arr)
 		goto stop;
 	snd.o.port = pdma_ingest_port(ing);
 	snd.o.rate_pps = r->rate;
+	/* unpaced: as many senders as streams, so that the receive path, not
+	 * one sender, sets the rate */
+	snd.o.threads = r->rate > 0 ? 1 : g.streams;
+	/* paced: one datagram per sendmmsg, so that the bounds of each one's
+	 * arrival are one datagram's send apart (a batch of 64 is ~150 us) */
+	snd.o.batch = r->rate > 0 ? 1 : 0;
 	snd.o.on_send = on_send;
 	snd.o.on_send_arg = &f;
 	e = -pthread_create(&sth, NULL, send_main, &snd);
@@ -289,6 +310,7 @@ stop:
 		goto out;
 	}
 	qsort(f.lat_new, f.nlat, sizeof(double), cmp_d);
+	qsort(f.lat_new_lo, f.nlat, sizeof(double), cmp_d);
 	qsort(f.lat_old, f.nlat, sizeof(double), cmp_d);
 	{
 		/* the receive rate over the send window (what the socket
@@ -300,10 +322,11 @@ stop:
 		double ratio = st.datagrams ? (double)f.packets / (double)st.datagrams : 0;
 		json_t *j = json_object();
 
-		printf("  %-11s %-8s %9s %9.0f %9.0f %7.1f  %6.3f %8llu %7.1f %7.1f %7.1f %7.1f\n", r->pname,
+		printf("  %-11s %-8s %7s %7.0f %7.0f %7.1f %6.3f %8llu %7.1f %7.1f %7.1f %7.1f %7.1f\n", r->pname,
 		       r->style, r->rate > 0 ? "paced" : "unpaced", rx_pps / 1e3, c_pps / 1e3,
 		       c_mbps, sub ? ratio : 0,
-		       (unsigned long long)ss.overruns, pct(f.lat_new, f.nlat, .5) * 1e6,
+		       (unsigned long long)ss.overruns, pct(f.lat_new_lo, f.nlat, .5) * 1e6,
+		       pct(f.lat_new, f.nlat, .5) * 1e6,
 		       pct(f.lat_new, f.nlat, .99) * 1e6, f.nlat ? f.lat_new[f.nlat - 1] * 1e6 : 0,
 		       pct(f.lat_old, f.nlat, .5) * 1e6);
 		json_object_set_new(j, "path", json_string(r->pname));
@@ -329,6 +352,10 @@ stop:
 		json_object_set_new(j, "taken_over_received", json_real(sub ? ratio : 0));
 		json_object_set_new(j, "overruns", json_integer((json_int_t)ss.overruns));
 		json_object_set_new(j, "window_drops", json_integer((json_int_t)st.window_drops));
+		json_object_set_new(j, "latency_newest_lo_us",
+				    json_pack("{s:f,s:f,s:f}", "p50", pct(f.lat_new_lo, f.nlat, .5) * 1e6, "p99",
+					      pct(f.lat_new_lo, f.nlat, .99) * 1e6, "max",
+					      f.nlat ? f.lat_new_lo[f.nlat - 1] * 1e6 : 0));
 		json_object_set_new(j, "latency_newest_us",
 				    json_pack("{s:f,s:f,s:f}", "p50", pct(f.lat_new, f.nlat, .5) * 1e6, "p99",
 					      pct(f.lat_new, f.nlat, .99) * 1e6, "max",
@@ -342,7 +369,9 @@ stop:
 	}
 out:
 	pdma_ingest_close(ing);
-	free(f.tsend);
+	free((void *)f.tsend);
+	free((void *)f.tsent);
+	free(f.lat_new_lo);
 	free(f.lat_new);
 	free(f.lat_old);
 	free(f.buf);
@@ -370,9 +399,11 @@ void part_f(struct ctx *x)
 	       "    packets; latency from a packet's sendmmsg to its block in the consumer's hands\n"
 	       "    (paced 100k datagrams/s), throughput unpaced; late_blocks 0 (each late block adds\n"
 	       "    one block's fill time, 64 packets at the stream's rate)\n");
-	printf("  %-11s %-8s %9s %9s %9s %7s  %6s %8s %7s %7s %7s %7s\n", "path", "consumer", "rate",
-	       "rx kpps", "took kpps", "MB/s", "took/rx", "overruns", "new p50", "new p99", "new max",
-	       "old p50");
+	printf("  %-11s %-8s %7s %7s %7s %7s %6s %8s %15s %7s %7s %7s\n", "", "", "", "rx", "took", "took",
+	       "", "", "newest packet", "", "", "oldest");
+	printf("  %-11s %-8s %7s %7s %7s %7s %6s %8s %7s %7s %7s %7s %7s\n", "path", "consumer", "rate",
+	       "kpps", "kpps", "MB/s", "took/rx", "overruns", "p50 lo", "p50 hi", "p99 hi", "max hi",
+	       "p50 hi");
 	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
 		if (paths[i].gpu && !x->gpu)
 			continue;
@@ -385,6 +416,7 @@ void part_f(struct ctx *x)
 			f_run(&r, thr_pkts, arr);
 		}
 	}
-	printf("  (latency in microseconds: new = the block's newest packet, old = its oldest)\n");
+	printf("  (latency in microseconds from the packet's arrival in the socket: lo from just after\n"
+	       "   the sendmmsg that carried it, hi from just before it)\n");
 	json_object_set_new(x->root, "consumers", arr);
 }

@@ -56,8 +56,9 @@ def rate95(series):
 
 
 def gen_cmd(tool, port, streams, packets):
-    return [tool, "gen", "--port", str(port), "--streams", str(streams), "--packets",
-            str(packets), "--packet-size", str(PACKET), "--no-context", "--json"]
+    # one sender thread per stream: the receive path, not one sender, sets the rate
+    return [tool, "gen", "--port", str(port), "--streams", str(streams), "--threads", str(streams),
+            "--packets", str(packets), "--packet-size", str(PACKET), "--no-context", "--json"]
 
 
 def python_once(tool, path, streams, packets):
@@ -67,6 +68,9 @@ def python_once(tool, path, streams, packets):
     if path != "cpu":
         import cupy
         xp = cupy
+        # CuPy compiles its reduction kernel at the first sum: not inside
+        # the measured run, where it would stall the consumer for a second
+        int(cupy.zeros((64, 2), dtype=cupy.int16).sum())
     with peerdma.Session(path=path, port=0, max_payload=SPP * 4, window_blocks=64) as s:
         sub = s.subscribe(depth=64)
         s.start()

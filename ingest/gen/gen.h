@@ -80,11 +80,14 @@ struct pdma_gen_send_opts {
 			       * pcap): thread t owns streams t, t + T, ... and their
 			       * sockets and sends its share of rate_pps. What each
 			       * stream sends and injects does not depend on T. */
+	uint32_t batch;       /* datagrams per sendmmsg at most (0: 64); 1 sends them one
+			       * at a time */
 	/* optional (benchmarks: bench_ingest's delivery latency): called by a
-	 * sender thread just before each sendmmsg, with the batch's datagrams
-	 * and the CLOCK_MONOTONIC time (pdma_gen_now); from several threads
-	 * at once when threads > 1 */
-	void (*on_send)(void *arg, const struct iovec *iov, uint32_t n, double t);
+	 * sender thread just before a batch's first sendmmsg (after false)
+	 * and just after its last (after true), with its datagrams and the
+	 * CLOCK_MONOTONIC time (pdma_gen_now); from several threads at once
+	 * when threads > 1 */
+	void (*on_send)(void *arg, const struct iovec *iov, uint32_t n, double t, bool after);
 	void *on_send_arg;
 };
 int pdma_gen_send(struct pdma_gen *g, const struct pdma_gen_send_opts *o);

@@ -132,7 +132,10 @@ static int send_subset(struct send_ctx *x, uint32_t first)
 		msg[i].msg_hdr.msg_iov = &iov[i];
 		msg[i].msg_hdr.msg_iovlen = 1;
 	}
-	pdma_gen_iter_init(g, &it, first, step, SEND_BATCH);
+	/* a stream's turn is one batch: with batch 1 the streams interleave
+	 * datagram by datagram, as devices on a wire would */
+	const uint32_t nbatch = o->batch && o->batch < SEND_BATCH ? o->batch : SEND_BATCH;
+	pdma_gen_iter_init(g, &it, first, step, nbatch);
 	double t0 = pdma_gen_now();
 	for (;;) {
 		uint32_t si = 0;
@@ -145,12 +148,14 @@ static int send_subset(struct send_ctx *x, uint32_t first)
 			ret = len;
 			break;
 		}
-		if (nb && (len == 0 || si != bstream || nb == SEND_BATCH)) {
+		if (nb && (len == 0 || si != bstream || nb == nbatch)) {
 			if (o->on_send)
-				o->on_send(o->on_send_arg, iov, nb, pdma_gen_now());
+				o->on_send(o->on_send_arg, iov, nb, pdma_gen_now(), false);
 			ret = pdma_gen_flush(fds[(bstream - first) / step], msg, nb);
 			if (ret)
 				goto out;
+			if (o->on_send)
+				o->on_send(o->on_send_arg, iov, nb, pdma_gen_now(), true);
 			sent += nb;
 			base = (base + nb) % (SEND_BATCH + 1);
 			nb = 0;
