@@ -19,7 +19,9 @@ Each row: gen's datagrams, the receive path's (received, dropped), what the
 consumer took, the ratio taken/received; the receive rate (the samples of
 the datagrams received over gen's run, process start to exit, seen to within
 10 ms) and the consumer's MB/s of samples over its own active time (first
-block to 95% of its bytes: a stream's last blocks wait for the idle flush). Prints a table, writes JSON (--json).
+block to 95% of its bytes: a stream's last blocks wait for the idle flush),
+which shows how fast it drains what comes in bursts. Over one window both
+compare as taken/received: the throughput ratio of the run. Prints a table, writes JSON (--json).
 usage: bench/ingest/consumers.py [--tool build/peerdma] [--path cpu]
        [--packets 100000] [--streams 4] [--rounds 3] [--json FILE]
 (the package is found as python/peerdma beside this tree; its library through
@@ -89,6 +91,8 @@ def python_once(tool, path, streams, packets):
                 tg_end = time.monotonic()
             with b:
                 a = xp.from_dlpack(b)
+                # the sum is read back before the release: a GPU block may
+                # be released only once the work reading it has completed
                 total += int(a.sum())
                 n = b.npackets - b.gaps
                 del a
@@ -191,18 +195,24 @@ def main():
           % (a.streams, a.packets, PACKET, a.rounds))
     print("  %-9s %-11s %9s %9s %8s %9s %8s %8s %8s %8s" % (
         "consumer", "path", "sent", "received", "dropped", "taken", "overruns", "taken/rx",
-        "rx MB/s", "MB/s"))
+        "rx MB/s", "own MB/s"))
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.only.split(","):
-            for r in range(a.rounds):
+            # round -1 warms up and is not counted: the first session of a
+            # process creates its CUDA context, CuPy loads its kernels, GNU
+            # Radio its blocks
+            for r in range(-1, a.rounds):
+                n = a.packets if r >= 0 else max(a.packets // 10, 1000)
                 try:
                     if name == "python":
-                        res, path = python_once(a.tool, a.path, a.streams, a.packets), a.path
+                        res, path = python_once(a.tool, a.path, a.streams, n), a.path
                     else:
-                        res, path = gnuradio_once(a.tool, a.streams, a.packets, tmp), "cpu"
+                        res, path = gnuradio_once(a.tool, a.streams, n, tmp), "cpu"
                 except (ImportError, ModuleNotFoundError) as e:
                     print("  %-9s skipped: %s" % (name, e))
                     break
+                if r < 0:
+                    continue
                 res.update(consumer=name, path=path, round=r)
                 res["taken_over_received"] = res["taken"] / res["received"] if res["received"] else 0
                 rows.append(res)

@@ -237,7 +237,12 @@ void pdma_sub_close(struct pdma_sub *sub);
  * link CUDA reads a GPU block. -EINVAL out of range, -EIO on a CUDA error. */
 int pdma_block_read(const struct pdma_block *b, uint32_t first_packet, uint32_t npackets, void *dst);
 void pdma_block_retain(struct pdma_block *b);
-/* Drops a reference; the last one gives the positions back to the window. */
+/* Drops a reference; the last one gives the buffer back to the stream's
+ * pool, where a later block's copy may overwrite it at once. On the GPU
+ * paths that copy runs on the library's own stream, which does not wait for
+ * the consumer's: drop the last reference (and a DLPack view's, through its
+ * deleter) only once the device work that reads the block has completed
+ * (its stream synchronized, or an event after it). */
 void pdma_block_release(struct pdma_block *b);
 
 /*
