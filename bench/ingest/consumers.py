@@ -23,7 +23,8 @@ block to 95% of its bytes: a stream's last blocks wait for the idle flush),
 which shows how fast it drains what comes in bursts. Over one window both
 compare as taken/received: the throughput ratio of the run. Prints a table, writes JSON (--json).
 usage: bench/ingest/consumers.py [--tool build/peerdma] [--path cpu]
-       [--packets 100000] [--streams 4] [--rounds 3] [--json FILE]
+       [--packets 100000] [--streams 4] [--rounds 3] [--block-packets 64]
+       [--only python,gnuradio] [--json FILE]
 (the package is found as python/peerdma beside this tree; its library through
 PEERDMA_LIBRARY or the build tree, python/README.md)"""
 import argparse
@@ -63,7 +64,7 @@ def gen_cmd(tool, port, streams, packets):
             "--packets", str(packets), "--packet-size", str(PACKET), "--no-context", "--json"]
 
 
-def python_once(tool, path, streams, packets):
+def python_once(tool, path, streams, packets, block_packets):
     import numpy
     import peerdma
     xp = numpy
@@ -73,8 +74,9 @@ def python_once(tool, path, streams, packets):
         # CuPy compiles its reduction kernel at the first sum: not inside
         # the measured run, where it would stall the consumer for a second
         int(cupy.zeros((64, 2), dtype=cupy.int16).sum())
-    with peerdma.Session(path=path, port=0, max_payload=SPP * 4, window_blocks=64) as s:
-        sub = s.subscribe(depth=64)
+    with peerdma.Session(path=path, port=0, max_payload=SPP * 4, block_packets=block_packets,
+                         window_blocks=max(8, 4096 // block_packets)) as s:
+        sub = s.subscribe(depth=max(8, 4096 // block_packets))
         s.start()
         tg = time.monotonic()
         g = subprocess.Popen(gen_cmd(tool, s.port, streams, packets), stdout=subprocess.PIPE,
@@ -187,12 +189,14 @@ def main():
     ap.add_argument("--packets", type=int, default=100000)
     ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--block-packets", type=int, default=64,
+                    help="python: packets per block (the pool holds 4096 packets a stream)")
     ap.add_argument("--only", default="python,gnuradio")
     ap.add_argument("--json")
     a = ap.parse_args()
     rows = []
-    print("consumers: %d streams x %d packets of %d B, unpaced over loopback, %d rounds"
-          % (a.streams, a.packets, PACKET, a.rounds))
+    print("consumers: %d streams x %d packets of %d B, unpaced over loopback, %d rounds, "
+          "python blocks of %d packets" % (a.streams, a.packets, PACKET, a.rounds, a.block_packets))
     print("  %-9s %-11s %9s %9s %8s %9s %8s %8s %8s %8s" % (
         "consumer", "path", "sent", "received", "dropped", "taken", "overruns", "taken/rx",
         "rx MB/s", "own MB/s"))
@@ -205,7 +209,7 @@ def main():
                 n = a.packets if r >= 0 else max(a.packets // 10, 1000)
                 try:
                     if name == "python":
-                        res, path = python_once(a.tool, a.path, a.streams, n), a.path
+                        res, path = python_once(a.tool, a.path, a.streams, n, a.block_packets), a.path
                     else:
                         res, path = gnuradio_once(a.tool, a.streams, n, tmp), "cpu"
                 except (ImportError, ModuleNotFoundError) as e:
@@ -232,6 +236,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rows": rows, "median": summary, "packet_size": PACKET,
+                       "block_packets": a.block_packets,
                        "host": socket.gethostname()}, f, indent=2)
 
 
