@@ -396,7 +396,7 @@ void part_f(struct ctx *x)
 	uint64_t lat_pkts = x->quick ? 64 * 80 : 64 * 400, thr_pkts = x->quick ? 64 * 400 : 64 * 4000;
 
 	printf("\n(f) consumers of the public API: 4 streams of 1500 B datagrams over loopback, blocks of 64\n"
-	       "    packets; latency from a packet's sendmmsg to its block in the consumer's hands\n"
+	       "    packets; latency from a packet's arrival in the socket to its block in the consumer's hands\n"
 	       "    (paced 100k datagrams/s), throughput unpaced; late_blocks 0 (each late block adds\n"
 	       "    one block's fill time, 64 packets at the stream's rate)\n");
 	printf("  %-11s %-8s %7s %7s %7s %7s %6s %8s %15s %7s %7s %7s\n", "", "", "", "rx", "took", "took",
