@@ -54,6 +54,8 @@ struct pdma_ingest {
 	struct pdma_frm_cfg frm;    /* nic path: what the frames must carry */
 	bool dfr_thread;            /* the deframer thread runs (not on the nic path) */
 	double last_progress;       /* nic path: when the receive thread printed */
+	double nic_last_work;       /* nic path: the last batch of frames (idle flush) */
+	bool nic_flushed;           /* nic path: open blocks published since */
 	uint64_t last_pk, last_by;
 	struct pdma_blocks *blocks; /* subscribers' blocks (pdma_ingest_enable_blocks) */
 	double flush_idle;          /* seconds without datagrams before open blocks go out */
@@ -213,6 +215,18 @@ static int nic_frames(void *arg, uint64_t dev_base, const uint8_t *host_base,
 	struct pdma_ingest *ing = arg;
 	int ret = 0;
 
+	if (!n) {
+		/* quiet: as the socket paths' deframer thread, what has come
+		 * goes to the consumers once nothing arrived for flush_idle */
+		if (ing->blocks && ing->flush_idle > 0 && !ing->nic_flushed &&
+		    now_s() - ing->nic_last_work >= ing->flush_idle) {
+			pdma_blocks_publish_open(ing->blocks);
+			ing->nic_flushed = true;
+		}
+		return 0;
+	}
+	ing->nic_last_work = now_s();
+	ing->nic_flushed = false;
 	if (ing->gpu)
 		ret = pdma_gpu_batch_frames(ing->gpu, &ing->frm, (const void *)(uintptr_t)dev_base, f, n,
 					    &ing->dfr.acct, &ing->dfr.frames);

@@ -124,7 +124,7 @@ struct pdma_ingest_attr {
 	int cuda_device;          /* GPU paths: the device ordinal (default 0) */
 	const char *nic_dev;      /* nic path: /dev/peerdma_nicN (default /dev/peerdma_nic0) */
 	const char *kernel_device;/* nic path: /dev/peerdma (default) */
-	uint32_t flush_idle_ms;   /* socket paths: publish every stream's open blocks
+	uint32_t flush_idle_ms;   /* publish every stream's open blocks
 				   * (ending at its newest packet) once nothing has
 				   * arrived for this long (default 100; 0: only at stop) */
 };

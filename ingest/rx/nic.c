@@ -183,6 +183,8 @@ int pdma_rx_nic_run(struct pdma_rx_nic *n, const atomic_bool *stop, pdma_rx_nic_
 				return ret;
 			if (atomic_load_explicit(stop, memory_order_relaxed))
 				draining = true; /* one more non-blocking poll */
+			else if ((ret = fn(arg, 0, NULL, NULL, 0)))
+				return ret; /* idle tick */
 			continue;
 		}
 		for (uint32_t i = 0; i < p.n; i++) {

@@ -57,6 +57,8 @@ struct pdma_rx_nic_config {
  * Consumer of one batch: base is the region (a device pointer, or with stage
  * a host copy laid out at the same offsets). Frames are valid until the
  * callback returns. A negative return stops the receiver with that error.
+ * A poll that found nothing calls it with n 0 (and f NULL), every 20 ms
+ * while the NIC is quiet: the consumer's idle tick.
  */
 typedef int (*pdma_rx_nic_fn)(void *arg, uint64_t dev_base, const uint8_t *host_base,
 			      const struct pdma_frame *f, uint32_t n);

@@ -18,10 +18,10 @@
  * unless PDMA_CONSUMER_NIC is set: then PDMA_INGEST_PATH_NIC on the NIC it
  * names (empty: the default, /dev/peerdma_nic0; kernel device /dev/peerdma),
  * for frames to UDP port 4991 (`peerdma gen --eth`'s), as
- * tests/vm/nic-system.sh runs it in the QEMU guest. The nic path publishes
- * a stream's last blocks only at stop (flush_idle_ms is for the socket
- * paths), so there the blocks that pdma_ingest_stop flushes after the
- * streams went quiet are checked like the others.
+ * tests/vm/nic-system.sh runs it in the QEMU guest. On either path a
+ * stream's last block, cut short at its last packet, comes while the
+ * session runs (flush_idle_ms after the sender stopped): every stream must
+ * be complete before pdma_ingest_stop, and the stop must flush nothing.
  * usage: [PDMA_CONSUMER_NIC=DEV] ingest_consumer NSTREAMS LAST_PKT_COUNT
  */
 #include <errno.h>
@@ -162,8 +162,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "stop: %s\n", strerror(-e));
 		bad = 1;
 	}
-	/* The flush: blocks that were still open at stop. None once every
-	 * stream was complete; after streams went quiet, their ends. */
+	/* The flush: blocks still open at stop. None: the idle flush gave
+	 * every stream's end while the session ran. */
 	int flushed = 0;
 	for (struct pdma_block *b; pdma_sub_next(sub, &b, 0) == 0; flushed++) {
 		if (done_before_stop == nstreams) {
@@ -187,6 +187,10 @@ int main(int argc, char **argv)
 		       (unsigned long long)(st[k].next - st[k].first), (unsigned long long)st[k].gaps);
 	if (done < nstreams) {
 		fprintf(stderr, "%u of %u streams complete\n", done, nstreams);
+		bad = 1;
+	} else if (done_before_stop < nstreams) {
+		fprintf(stderr, "%u of %u streams complete before the stop: the idle flush (flush_idle_ms) "
+			"did not publish their ends\n", done_before_stop, nstreams);
 		bad = 1;
 	}
 	pdma_sub_close(sub);
