@@ -14,8 +14,10 @@
 # Runs: full (every stream's accounting, malformed frames, the bytes in GPU
 # memory), api (the public ingest API, <peerdma/ingest.h>, on the NIC:
 # tests/public/ingest_consumer.c checks every sample of every block as it
-# arrives; the host compares its gaps with gen's pcap), revoke (the GPU memory freed while the NIC receives), kill
-# (kill -9 of ingest while the NIC receives), tx (VITA-49 frames built in
+# arrives; the host compares its gaps with gen's pcap), record (`peerdma
+# record`'s SigMF recordings of the NIC's streams, checked on the host),
+# revoke (the GPU memory freed while the NIC receives), kill (kill -9 of
+# ingest while the NIC receives), tx (VITA-49 frames built in
 # GPU memory, transmitted by the NIC: `peerdma gen --eth --nic`; the host
 # compares them with its own gen's). After each: no pin left.
 # usage: nic-system SEED (the generators' seed, the host's too)
@@ -129,6 +131,41 @@ else
 	bounded_wait $pid 10
 fi
 pins_zero api
+
+# -- record: `peerdma record` on the NIC writes a SigMF recording per stream.
+# Its metadata (one line each) and the SHA-256 of its data go to the host,
+# which checks them against gen's pcap (tests/record/sigmf_check.py
+# --digests): metadata valid, the data exactly gen's samples, a capture
+# exactly after each loss.
+rm -rf /tmp/rec /tmp/record.json /tmp/record.err
+mkdir -p /tmp/rec
+peerdma record --path nic --deframer cpu --port 4991 --max-streams 8 --out-packets 1024 --dir /tmp/rec \
+	--prefix cap --idle 3000 --duration 120 --json /tmp/record.json 2>/tmp/record.err &
+pid=$!
+if attached $pid /tmp/record.err 'receiving on'; then
+	res 0 "record: peerdma record attached the NIC"
+	pdtest nicctl "RUN record"
+	bounded_wait $pid 150
+	st=$?
+	sed 's/^/  /' /tmp/record.err
+	res $st "record: wrote its recordings (exit status $st)"
+	pdtest nicctl "WAIT record" "DONE record 0"
+	res $? "record: gen on the host finished"
+	echo "PDNIC-OUT-BEGIN record"
+	for f in /tmp/rec/*.sigmf-meta; do
+		echo "META ${f##*/} $(tr -d '\n' <"$f")"
+	done
+	for f in /tmp/rec/*.sigmf-data; do
+		echo "DATA ${f##*/} $(sha256sum <"$f" | cut -d' ' -f1)"
+	done
+	echo "PDNIC-OUT-END record"
+else
+	sed 's/^/  /' /tmp/record.err
+	res 1 "record: peerdma record attached the NIC"
+	kill $pid 2>/dev/null
+	bounded_wait $pid 10
+fi
+pins_zero record
 
 # -- revoke: the application frees the receive memory while the NIC writes
 if ingest_bg revoke --nic-bufs 512 --revoke-after 100 --duration 120; then
