@@ -6,7 +6,10 @@
  *
  *   hit  rand|seq  at 1k, 10k, 100k cached regions, 1 and N threads:
  *        get + put of a cached region (one page, regions two pages apart so
- *        UCX merges nothing); ns per get+put per thread, and total Mops/s
+ *        UCX merges nothing); ns per get+put per thread, and total Mops/s.
+ *        All threads draw from all regions (shared), or with --disjoint each
+ *        thread from its own 1/N of them: the difference is what threads pay
+ *        for writing the same regions' cache lines
  *   miss  no-op backend: every get pins a region never seen before (lookup,
  *        pin, insert; "regions" is the count inserted per repetition)
  *   miss  sim backend: the same with peerdma's simulated GPU (64 KiB pins
@@ -18,7 +21,7 @@
  *
  * usage: bench_regcache [--reps N] [--threads N] [--ops N] [--sizes a,b,c]
  *                       [--json FILE] [--dat FILE] [--note TEXT] [--quick] [--no-miss]
- *                       [--no-hit]
+ *                       [--no-hit] [--disjoint]
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -42,6 +45,8 @@
 
 enum kind { K_PDMA, K_UCX };
 enum pattern { P_SEQ, P_RAND, P_MISS };
+
+static bool disjoint; /* hit rows: each thread its own slice of the regions */
 
 /* ---------------------------------------------------------------- backends */
 
@@ -297,6 +302,10 @@ static struct result run_threads(struct cachex *x, enum pattern pat, uint64_t ba
 				      .nregions = nregions, .ops = ops,
 				      .seed = seed * 7919 + (uint64_t)t * 104729 + 1,
 				      .first = first + (size_t)t * ops, .bar = &bar };
+		if (disjoint && pat != P_MISS && nregions >= (size_t)threads) {
+			w[t].nregions = nregions / (size_t)threads;
+			w[t].base = base + (uint64_t)t * w[t].nregions * stride;
+		}
 		if (t)
 			pthread_create(&th[t], NULL, worker, &w[t]);
 	}
@@ -537,6 +546,8 @@ int main(int argc, char **argv)
 			no_miss = true;
 		else if (!strcmp(argv[i], "--no-hit"))
 			no_hit = true;
+		else if (!strcmp(argv[i], "--disjoint"))
+			disjoint = true;
 		else if (!strcmp(argv[i], "--quick")) {
 			reps = 3;
 			ops = 200000;
@@ -550,7 +561,8 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"usage: %s [--reps N] [--threads N] [--ops N] [--sizes a,b,c] "
-				"[--json FILE] [--dat FILE] [--note TEXT] [--quick] [--no-miss] [--no-hit]\n",
+				"[--json FILE] [--dat FILE] [--note TEXT] [--quick] [--no-miss] [--no-hit] "
+				"[--disjoint]\n",
 				argv[0]);
 			return 2;
 		}
@@ -602,6 +614,7 @@ int main(int argc, char **argv)
 	json_object_set_new(root, "reps", json_integer(reps));
 	json_object_set_new(root, "ops_per_thread", json_integer((json_int_t)ops));
 	json_object_set_new(root, "miss_ops", json_integer((json_int_t)miss_ops));
+	json_object_set_new(root, "hit_regions", json_string(disjoint ? "disjoint" : "shared"));
 	json_object_set_new(root, "statistic", json_string("median of reps; ns per get+put per thread"));
 	jr = json_array();
 	for (int i = 0; i < nrows; i++) {
