@@ -36,6 +36,14 @@
  *    walks of the hash chains or of a skip list ordered by start (lookups
  *    inside a region), one atomic add on the region's count; put is one
  *    atomic subtract plus the LRU stamp, on the same line.
+ *    That line is shared whenever threads hit the same regions: each hit
+ *    writes it, so a hit on a region another core hit last takes the line
+ *    from that core's cache (a coherence miss, 50-200 ns across cores)
+ *    instead of finding it in its own L1/L2. This, not a global counter, is
+ *    what keeps N threads hitting a common set of regions from N times the
+ *    hits of one (bench/regcache --disjoint gives each thread its own
+ *    regions, for comparison). Removing it means counting references
+ *    outside the region's line (per-thread or per-CPU), not done yet.
  *  - Everything a get or put touches sits in one 64-byte line of the entry
  *    (key, count, validity, stamp); the region handed out follows it, and
  *    get/put convert between them by address arithmetic only.
@@ -60,7 +68,9 @@
  *    triggered inside a notification or revoke callback are deferred to the
  *    next writer call for the same reason.
  *  - LRU: put stores a per-thread monotonic stamp (exact order within a
- *    thread, skew of at most 64 puts between threads); eviction pops a heap
+ *    thread; a thread syncs with the others' through a global once every 64
+ *    of its puts, so between threads a stamp lags by what the others put in
+ *    that time; cache_int.h, lru_stamp); eviction pops a heap
  *    keyed by the stamp seen at insertion and re-sorts lazily, which yields
  *    exact LRU order among unreferenced regions for single-threaded use.
  *  - fork(): in the child, caches opened before the fork are pass-through

@@ -32,23 +32,35 @@
 
 /* ---------------------------------------------------------------------------
  * LRU stamps: per-thread monotonic, loosely synchronised through a global
- * (defined in lru.c; inline here because every put takes one).
+ * (defined in lru.c; inline here because every put takes one). A thread reads
+ * and writes the global only on its first put and then once every 64 puts:
+ * a load of it on every put missed in the cache whenever another thread had
+ * just published, which with many threads was most puts (the line moves
+ * between cores). Exact order within a thread; between threads a stamp lags
+ * the others' by at most what they put during 64 of its own puts.
  */
-extern _Atomic uint64_t pdma_cache_lru_global;
+struct pdma_cache_lru_line {
+	_Atomic uint64_t stamp;
+	char pad[64 - sizeof(uint64_t)]; /* the line to itself: threads write it */
+} __attribute__((aligned(64)));
+extern struct pdma_cache_lru_line pdma_cache_lru_global;
 extern TLS uint64_t pdma_cache_lru_local;
 extern TLS unsigned pdma_cache_lru_count;
 
 static inline uint64_t lru_stamp(void)
 {
-	uint64_t g = atomic_load_explicit(&pdma_cache_lru_global, memory_order_relaxed);
-	uint64_t t = (pdma_cache_lru_local > g ? pdma_cache_lru_local : g) + 1;
+	uint64_t t = pdma_cache_lru_local + 1;
 
-	pdma_cache_lru_local = t;
-	if (unlikely(++pdma_cache_lru_count >= 64)) {
-		pdma_cache_lru_count = 0;
-		if (t > atomic_load_explicit(&pdma_cache_lru_global, memory_order_relaxed))
-			atomic_store_explicit(&pdma_cache_lru_global, t, memory_order_relaxed);
+	if (unlikely(pdma_cache_lru_count-- == 0)) {
+		uint64_t g = atomic_load_explicit(&pdma_cache_lru_global.stamp, memory_order_relaxed);
+
+		pdma_cache_lru_count = 63;
+		if (g >= t)
+			t = g + 1; /* others ran ahead: catch up */
+		else
+			atomic_store_explicit(&pdma_cache_lru_global.stamp, t, memory_order_relaxed);
 	}
+	pdma_cache_lru_local = t;
 	return t;
 }
 

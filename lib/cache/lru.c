@@ -9,7 +9,7 @@
 
 #include "cache/cache_int.h"
 
-_Atomic uint64_t pdma_cache_lru_global;
+struct pdma_cache_lru_line pdma_cache_lru_global;
 TLS uint64_t pdma_cache_lru_local;
 TLS unsigned pdma_cache_lru_count;
 
