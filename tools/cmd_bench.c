@@ -5,7 +5,8 @@
  *   reg   registration + close cost (host 4 KiB..16 MiB, sim GPU 64 KiB..16 MiB),
  *         and the cached re-registration of the same buffer (use_cache domain);
  *         then the cached host registration (hit and miss) under each host
- *         monitor, userfaultfd and memhooks;
+ *         monitor, userfaultfd and memhooks, the hit next to the lib/cache
+ *         find + put beneath it ("hit alone", and the ratio "x hit");
  *   dma   transfers through the simulated DMA device by key vs plain memcpy of
  *         the same sizes (the copy is the device's physical limit here).
  * Prints a table; --json FILE writes the rows. The full benchmarks (UCX
