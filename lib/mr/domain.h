@@ -92,18 +92,22 @@ struct pdma_ep {
 /* domain.c; caller holds the domain lock exclusive for unbind. */
 void pdma_target_unbind(struct pdma_bind_target *t);
 
-/* MR objects come from their domain's pool (pdma_domain.mr_pool) and go back
- * to it at close; they are freed with the domain. So a pointer to a closed MR
- * still reads an MR object of the same domain, never freed memory (closing an
- * MR another thread uses is still undefined); what makes a closed MR
- * unreachable is its key and descriptor leaving the tables. Every object has
- * room for the domain's mr_iov_limit segments. */
+/* MR objects of up to PDMA_MR_POOL_SEGS segments (the default mr_iov_limit)
+ * come from their domain's pool (pdma_domain.mr_pool) and go back to it at
+ * close; they are freed with the domain, and a pointer to such a closed MR
+ * still reads an MR object of the same domain (using an MR after closing it
+ * is still undefined). What makes a closed MR unreachable is its key and
+ * descriptor leaving the tables, never its memory. Larger MRs get an object
+ * of their own size, freed at close, so that a domain with a large
+ * mr_iov_limit does not keep that much room for every MR it ever had open. */
+#define PDMA_MR_POOL_SEGS 4
 struct pdma_mr {
 	struct pdma_domain *dom;
 	uint64_t desc_id;
 	struct pdma_key_entry own_key;
 	struct pdma_key_entry *aliases; /* keys pdma_mr_map_raw made for it */
 	struct pdma_mr *pool_next;      /* on the domain's pool while closed */
+	size_t cap;                     /* room in segs[]: PDMA_MR_POOL_SEGS: pooled */
 	uint64_t access;
 	void *context;
 	enum pdma_hmem_iface iface;
@@ -152,7 +156,7 @@ struct pdma_domain {
 	pthread_rwlock_t lock;
 	struct pdma_idmap keys;      /* live keys, own and mapped -> pdma_key_entry */
 	struct pdma_idmap descs;     /* live MRs by desc_id */
-	struct pdma_mr *mr_pool;     /* closed MR objects for reuse (pool_next) */
+	struct pdma_mr *mr_pool;     /* closed MR objects for reuse (pool_next, cap POOL_SEGS) */
 	size_t n_mr, n_cntr, n_ep;
 	struct pdma_eq *eq;          /* bound (atomic loads where the domain lock is not held) */
 	struct pdma_cache *cache;    /* NULL unless attr.use_cache */

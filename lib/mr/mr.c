@@ -95,27 +95,35 @@ static int check_iov(const struct pdma_domain *d, const struct iovec *iov, size_
 	return 0;
 }
 
-/* An MR object from the domain's pool, else a new one with room for the
- * domain's mr_iov_limit segments. Domain lock exclusive. The pool saves the
- * allocation on every registration and keeps closed MR objects readable (see
- * struct pdma_mr); it holds as many objects as were ever open at once. A
- * reused object keeps its old fields: the caller sets every one (a memset
- * here cost a tenth of a cached registration). */
-static struct pdma_mr *mr_get(struct pdma_domain *d)
+/* An MR object for nsegs segments: from the domain's pool if it fits there,
+ * else a new one (see struct pdma_mr). Domain lock exclusive. The pool saves
+ * an allocation on every registration; it holds as many objects as were
+ * ever open at once. A reused object keeps its old fields: the caller sets
+ * every one (a memset here cost a tenth of a cached registration). */
+static struct pdma_mr *mr_get(struct pdma_domain *d, size_t nsegs)
 {
 	struct pdma_mr *m = d->mr_pool;
+	size_t cap = nsegs > PDMA_MR_POOL_SEGS ? nsegs : PDMA_MR_POOL_SEGS;
 
-	if (!m)
-		return calloc(1, sizeof(*m) + d->attr.mr_iov_limit * sizeof(m->segs[0]));
-	d->mr_pool = m->pool_next;
+	if (m && nsegs <= PDMA_MR_POOL_SEGS) {
+		d->mr_pool = m->pool_next;
+		return m;
+	}
+	m = calloc(1, sizeof(*m) + cap * sizeof(m->segs[0]));
+	if (m)
+		m->cap = cap;
 	return m;
 }
 
-/* Domain lock exclusive. */
-static void mr_put(struct pdma_domain *d, struct pdma_mr *m)
+/* Domain lock exclusive. False: not a pool object, the caller frees it (after
+ * dropping the lock). */
+static bool mr_put(struct pdma_domain *d, struct pdma_mr *m)
 {
+	if (m->cap != PDMA_MR_POOL_SEGS)
+		return false;
 	m->pool_next = d->mr_pool;
 	d->mr_pool = m;
+	return true;
 }
 
 int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint64_t flags,
@@ -206,12 +214,12 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 			ret = -ENOKEY; /* lost a race for the same requested key */
 	}
 	if (!ret) {
-		m = mr_get(d);
+		m = mr_get(d, npinned);
 		if (!m)
 			ret = -ENOMEM;
 	}
 	if (!ret) {
-		/* Every field but segs[nsegs..]: m may be a pool object. */
+		/* Every field but cap and segs[nsegs..]: m may be a pool object. */
 		m->dom = d;
 		m->own_key = (struct pdma_key_entry){ .key = key, .mr = m };
 		m->aliases = NULL;
@@ -244,8 +252,8 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 			if (ret)
 				pdma_idmap_remove(&d->keys, key);
 		}
-		if (ret)
-			mr_put(d, m);
+		if (ret && !mr_put(d, m))
+			free(m);
 	}
 	if (!ret)
 		d->n_mr++;
@@ -314,6 +322,7 @@ int pdma_mr_close(struct pdma_mr *m)
 	struct pdma_region *regs[64];
 	struct pdma_key_entry *e;
 	struct pdma_domain *d;
+	bool pooled;
 	size_t nsegs;
 
 	if (!m)
@@ -344,8 +353,10 @@ int pdma_mr_close(struct pdma_mr *m)
 	nsegs = m->nsegs;
 	for (size_t i = 0; i < nsegs; i++)
 		regs[i] = m->segs[i].region;
-	mr_put(d, m);
+	pooled = mr_put(d, m);
 	pthread_rwlock_unlock(&d->lock);
+	if (!pooled)
+		free(m);
 	for (size_t i = 0; i < nsegs; i++)
 		region_release(d, regs[i]);
 	return 0;
