@@ -30,6 +30,14 @@ static void domain_free(struct pdma_domain *d)
 	if (d->kdev)
 		pdma_kdev_close(d->kdev);
 	pdma_rand_fini(&d->rand);
+	while (d->mr_pool) {
+		struct pdma_mr *m = d->mr_pool;
+
+		d->mr_pool = m->pool_next;
+		free(m);
+	}
+	pdma_idmap_fini(&d->keys);
+	pdma_idmap_fini(&d->descs);
 	pthread_mutex_destroy(&d->cuda_lock);
 	pthread_rwlock_destroy(&d->lock);
 	free(d);
@@ -111,7 +119,7 @@ int pdma_domain_close(struct pdma_domain *d)
 	if (!d)
 		return -EINVAL;
 	pthread_rwlock_wrlock(&d->lock);
-	if (d->n_mr || d->n_cntr || d->n_ep || d->eq || d->keys) {
+	if (d->n_mr || d->n_cntr || d->n_ep || d->eq || d->keys.n) {
 		pthread_rwlock_unlock(&d->lock);
 		return -EBUSY;
 	}

@@ -2,10 +2,12 @@
 /*
  * Internal definitions shared by the domain, MR, key, EQ and bind code.
  *
- * Locking: the domain's rwlock protects the key table and the object counts.
- * Device accesses (sim DMA) take it shared to resolve a key and hold a
- * reference on the MR's regions through their quiesce locks; registration,
- * close and key mapping take it exclusive. It is per domain, never global.
+ * Locking: the domain's rwlock protects the key and descriptor tables, the
+ * MR pool and the object counts. Device accesses (sim DMA) take it shared to
+ * resolve a key and hold a reference on the MR's regions through their
+ * quiesce locks; registration, close and key mapping take it exclusive, each
+ * once (a cached registration takes it once and a close once: nothing on
+ * either path walks a table or calls malloc). It is per domain, never global.
  */
 #ifndef PDMA_LIB_DOMAIN_H
 #define PDMA_LIB_DOMAIN_H
@@ -14,7 +16,6 @@
 #include <sys/types.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <uthash.h>
 
 #include "peerdma/mr.h"
 #include "cache/region.h"
@@ -46,8 +47,29 @@ struct pdma_key_entry {
 	uint64_t key;
 	struct pdma_mr *mr;  /* target MR */
 	bool mapped;         /* made by pdma_mr_map_raw (not the MR's own key) */
-	UT_hash_handle hh;
+	struct pdma_key_entry *next_alias; /* mapped: the MR's next mapped key */
 };
+
+/* A 64-bit ID -> object table, open addressing with linear probing: keys
+ * (-> struct pdma_key_entry) and descriptor IDs (-> struct pdma_mr). A slot
+ * is free when its value is NULL, so any 64-bit ID (a requested key may be
+ * 0) can be stored. Lookups under the domain lock shared, changes under it
+ * exclusive (key.c). */
+struct pdma_idmap_slot {
+	uint64_t id;
+	void *val;
+};
+struct pdma_idmap {
+	struct pdma_idmap_slot *slot; /* NULL until the first insert */
+	size_t mask;                  /* slots - 1 (a power of two) */
+	size_t n;                     /* used slots, at most half of them */
+};
+void *pdma_idmap_find(const struct pdma_idmap *t, uint64_t id);
+/* id must not be in t. -ENOMEM when the table had to grow and could not. */
+int pdma_idmap_insert(struct pdma_idmap *t, uint64_t id, void *val);
+/* Removes id (no-op when absent); returns its value or NULL. */
+void *pdma_idmap_remove(struct pdma_idmap *t, uint64_t id);
+void pdma_idmap_fini(struct pdma_idmap *t);
 
 /* What an MR binds to (counters, endpoints). Such an object stays allocated
  * while an MR is bound to it, even after close, so an MR never points at freed
@@ -70,18 +92,29 @@ struct pdma_ep {
 /* domain.c; caller holds the domain lock exclusive for unbind. */
 void pdma_target_unbind(struct pdma_bind_target *t);
 
+/* MR objects of up to PDMA_MR_POOL_SEGS segments (the default mr_iov_limit)
+ * come from their domain's pool (pdma_domain.mr_pool) and go back to it at
+ * close; they are freed with the domain, and a pointer to such a closed MR
+ * still reads an MR object of the same domain (using an MR after closing it
+ * is still undefined). What makes a closed MR unreachable is its key and
+ * descriptor leaving the tables, never its memory. Larger MRs get an object
+ * of their own size, freed at close, so that a domain with a large
+ * mr_iov_limit does not keep that much room for every MR it ever had open. */
+#define PDMA_MR_POOL_SEGS 4
 struct pdma_mr {
 	struct pdma_domain *dom;
 	uint64_t desc_id;
-	UT_hash_handle hh_desc;
 	struct pdma_key_entry own_key;
+	struct pdma_key_entry *aliases; /* keys pdma_mr_map_raw made for it */
+	struct pdma_mr *pool_next;      /* on the domain's pool while closed */
+	size_t cap;                     /* room in segs[]: PDMA_MR_POOL_SEGS: pooled */
 	uint64_t access;
 	void *context;
 	enum pdma_hmem_iface iface;
 	int device;
 	uint64_t base;       /* first iov's address: address 0 of the MR */
 	size_t total_len;
-	uint8_t raw_tag[8];
+	uint8_t raw_tag[8];  /* PDMA_MR_RAW only */
 	atomic_bool enabled;
 	struct pdma_cntr *cntr;
 	uint64_t cntr_flags;
@@ -107,7 +140,9 @@ struct pdma_eq {
  * registration together. Bytes are handed out once and wiped. The block lives
  * in a MADV_WIPEONFORK page, so a forked child finds it empty and refills:
  * it never repeats its parent's keys. Without such a page (old kernels) every
- * draw is a getrandom() call. */
+ * draw is a getrandom() call. Each registering thread draws from a page of its
+ * own (key.c), without a lock; the domain's pool below serves a thread whose
+ * page could not be made or is gone (thread exit). */
 struct pdma_rand_page;
 struct pdma_rand_pool {
 	pthread_mutex_t lock;
@@ -119,8 +154,9 @@ struct pdma_domain {
 	struct pdma_rand_pool rand;
 	uint64_t key_mask;           /* keys must fit in mr_key_size bytes */
 	pthread_rwlock_t lock;
-	struct pdma_key_entry *keys; /* uthash: live keys, own and mapped */
-	struct pdma_mr *descs;       /* uthash (hh_desc): live MRs by desc_id */
+	struct pdma_idmap keys;      /* live keys, own and mapped -> pdma_key_entry */
+	struct pdma_idmap descs;     /* live MRs by desc_id */
+	struct pdma_mr *mr_pool;     /* closed MR objects for reuse (pool_next, cap POOL_SEGS) */
 	size_t n_mr, n_cntr, n_ep;
 	struct pdma_eq *eq;          /* bound (atomic loads where the domain lock is not held) */
 	struct pdma_cache *cache;    /* NULL unless attr.use_cache */
@@ -136,8 +172,13 @@ struct pdma_domain {
 void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* key.c */
+/* key.c. pdma_key_new: a requested key checked for range and against the
+ * live keys, or (PDMA_MR_PROV_KEY) a random one not live now; domain lock
+ * held, shared or exclusive. pdma_key_draw: a random candidate key for
+ * PDMA_MR_PROV_KEY, unchecked (no lock needed): the caller checks it under the
+ * lock exclusive and falls back to pdma_key_new if it is taken. */
 int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key);
+int pdma_key_draw(struct pdma_domain *d, uint64_t *key);
 struct pdma_mr *pdma_key_lookup(struct pdma_domain *d, uint64_t key);
 void pdma_rand_init(struct pdma_rand_pool *p);
 void pdma_rand_fini(struct pdma_rand_pool *p);

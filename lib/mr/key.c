@@ -4,9 +4,12 @@
  * key of another MR from its own; they are checked against the live table so
  * a key is never handed out twice while live. Requested keys are the caller's
  * and only checked for range and uniqueness. Caller holds the domain lock
- * exclusive (pdma_key_new) or shared (pdma_key_lookup).
+ * (pdma_key_new, pdma_key_lookup: shared is enough; table changes: exclusive).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -36,69 +39,243 @@ struct pdma_rand_page {
 	unsigned char buf[RAND_PAGE - 2 * sizeof(size_t)];
 };
 
-void pdma_rand_init(struct pdma_rand_pool *p)
+/* A page the child of a fork finds zeroed (filled 0: it refills and never
+ * repeats its parent's bytes), or NULL where the kernel cannot do that. */
+static struct pdma_rand_page *rand_page_new(void)
 {
 	void *pg = mmap(NULL, RAND_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
-	p->page = NULL;
-	if (pg != MAP_FAILED) {
-		if (madvise(pg, RAND_PAGE, MADV_WIPEONFORK) == 0)
-			p->page = pg;
-		else
-			munmap(pg, RAND_PAGE);
+	if (pg == MAP_FAILED)
+		return NULL;
+	if (madvise(pg, RAND_PAGE, MADV_WIPEONFORK)) {
+		munmap(pg, RAND_PAGE);
+		return NULL;
 	}
+	return pg;
+}
+
+static void rand_page_free(struct pdma_rand_page *pg)
+{
+	explicit_bzero(pg, RAND_PAGE);
+	munmap(pg, RAND_PAGE);
+}
+
+/* Caller owns pg (its thread's, or the domain pool's under its lock). */
+static int rand_page_draw(struct pdma_rand_page *pg, void *buf, size_t len)
+{
+	if (!pg->filled || sizeof(pg->buf) - pg->pos < len) {
+		int ret = getrandom_all(pg->buf, sizeof(pg->buf));
+
+		pg->filled = !ret;
+		pg->pos = 0;
+		if (ret)
+			return ret;
+	}
+	memcpy(buf, pg->buf + pg->pos, len);
+	explicit_bzero(pg->buf + pg->pos, len); /* a key leaves no copy behind */
+	pg->pos += len;
+	return 0;
+}
+
+/*
+ * Each thread that registers draws from a page of its own: the common draw
+ * takes no lock and shares no cache line with other threads (the domain
+ * pool's mutex was a tenth of a cached registration, and contended between
+ * registering threads). The bytes are the kernel's CSPRNG output, each handed
+ * out once, as from the domain pool: which thread draws them changes nothing
+ * an observer of the keys could use. The page is wiped and unmapped at thread
+ * exit; after that, or where no such page can be made, the domain pool serves.
+ */
+static pthread_key_t rand_tls_key;
+static pthread_once_t rand_tls_once = PTHREAD_ONCE_INIT;
+static bool rand_tls_key_ok;
+static __thread struct pdma_rand_page *rand_tls;
+static __thread bool rand_tls_tried;
+
+static void rand_tls_exit(void *pg)
+{
+	rand_tls = NULL; /* destructors run in the exiting thread itself */
+	rand_page_free(pg);
+}
+
+static void rand_tls_key_init(void)
+{
+	rand_tls_key_ok = !pthread_key_create(&rand_tls_key, rand_tls_exit);
+}
+
+static struct pdma_rand_page *rand_tls_page(void)
+{
+	struct pdma_rand_page *pg;
+
+	if (rand_tls || rand_tls_tried)
+		return rand_tls;
+	rand_tls_tried = true; /* once per thread: a failure stays on the pool */
+	pthread_once(&rand_tls_once, rand_tls_key_init);
+	if (!rand_tls_key_ok)
+		return NULL;
+	pg = rand_page_new();
+	if (pg && pthread_setspecific(rand_tls_key, pg)) {
+		rand_page_free(pg);
+		pg = NULL;
+	}
+	rand_tls = pg;
+	return pg;
+}
+
+void pdma_rand_init(struct pdma_rand_pool *p)
+{
+	p->page = rand_page_new();
 	pthread_mutex_init(&p->lock, NULL);
 }
 
 void pdma_rand_fini(struct pdma_rand_pool *p)
 {
-	if (p->page) {
-		explicit_bzero(p->page, RAND_PAGE);
-		munmap(p->page, RAND_PAGE);
-	}
+	if (p->page)
+		rand_page_free(p->page);
 	pthread_mutex_destroy(&p->lock);
 }
 
 int pdma_random_bytes(struct pdma_rand_pool *p, void *buf, size_t len)
 {
-	struct pdma_rand_page *pg = p->page;
-	int ret = 0;
+	struct pdma_rand_page *pg = rand_tls_page();
+	int ret;
 
+	if (pg && len <= sizeof(pg->buf))
+		return rand_page_draw(pg, buf, len);
+	pg = p->page;
 	if (!pg || len > sizeof(pg->buf))
 		return getrandom_all(buf, len);
 	pthread_mutex_lock(&p->lock);
-	if (!pg->filled || sizeof(pg->buf) - pg->pos < len) {
-		ret = getrandom_all(pg->buf, sizeof(pg->buf));
-		pg->filled = !ret;
-		pg->pos = 0;
-	}
-	if (!ret) {
-		memcpy(buf, pg->buf + pg->pos, len);
-		explicit_bzero(pg->buf + pg->pos, len); /* a key leaves no copy behind */
-		pg->pos += len;
-	}
+	ret = rand_page_draw(pg, buf, len);
 	pthread_mutex_unlock(&p->lock);
 	return ret;
 }
 
+/*
+ * The ID tables. Fibonacci hashing spreads both random keys and IDs that
+ * count up (descriptors, requested keys 1, 2, 3...) over the slots. At most
+ * half the slots are used, so a probe ends after a couple of slots on
+ * average. Removal shifts the following entries of the probe run back (no
+ * tombstones), so a table that sees registrations come and go for ever never
+ * degrades and never needs a rebuild.
+ */
+#define IDMAP_MIN 64
+
+static size_t idmap_home(const struct pdma_idmap *t, uint64_t id)
+{
+	return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 32) & t->mask;
+}
+
+void *pdma_idmap_find(const struct pdma_idmap *t, uint64_t id)
+{
+	if (!t->slot)
+		return NULL;
+	for (size_t i = idmap_home(t, id);; i = (i + 1) & t->mask) {
+		if (!t->slot[i].val)
+			return NULL;
+		if (t->slot[i].id == id)
+			return t->slot[i].val;
+	}
+}
+
+static void idmap_place(struct pdma_idmap *t, uint64_t id, void *val)
+{
+	size_t i = idmap_home(t, id);
+
+	while (t->slot[i].val)
+		i = (i + 1) & t->mask;
+	t->slot[i].id = id;
+	t->slot[i].val = val;
+	t->n++;
+}
+
+int pdma_idmap_insert(struct pdma_idmap *t, uint64_t id, void *val)
+{
+	if (!t->slot || 2 * (t->n + 1) > t->mask + 1) {
+		size_t size = t->slot ? 2 * (t->mask + 1) : IDMAP_MIN;
+		struct pdma_idmap old = *t;
+
+		t->slot = calloc(size, sizeof(*t->slot));
+		if (!t->slot) {
+			*t = old;
+			return -ENOMEM;
+		}
+		t->mask = size - 1;
+		t->n = 0;
+		for (size_t i = 0; old.slot && i <= old.mask; i++)
+			if (old.slot[i].val)
+				idmap_place(t, old.slot[i].id, old.slot[i].val);
+		free(old.slot);
+	}
+	idmap_place(t, id, val);
+	return 0;
+}
+
+void *pdma_idmap_remove(struct pdma_idmap *t, uint64_t id)
+{
+	size_t i, j;
+	void *val;
+
+	if (!t->slot)
+		return NULL;
+	for (i = idmap_home(t, id); t->slot[i].id != id || !t->slot[i].val;
+	     i = (i + 1) & t->mask)
+		if (!t->slot[i].val)
+			return NULL;
+	val = t->slot[i].val;
+	/* Backward shift: an entry further along the run moves into the hole
+	 * unless its home slot lies cyclically in (hole, its slot], where the
+	 * probe from its home would not pass the hole. */
+	for (j = (i + 1) & t->mask; t->slot[j].val; j = (j + 1) & t->mask) {
+		size_t h = idmap_home(t, t->slot[j].id);
+
+		if (i <= j ? (i < h && h <= j) : (i < h || h <= j))
+			continue;
+		t->slot[i] = t->slot[j];
+		i = j;
+	}
+	t->slot[i].val = NULL;
+	t->n--;
+	return val;
+}
+
+void pdma_idmap_fini(struct pdma_idmap *t)
+{
+	free(t->slot);
+	*t = (struct pdma_idmap){ 0 };
+}
+
 struct pdma_mr *pdma_key_lookup(struct pdma_domain *d, uint64_t key)
 {
-	struct pdma_key_entry *e;
+	struct pdma_key_entry *e = pdma_idmap_find(&d->keys, key);
 
-	HASH_FIND(hh, d->keys, &key, sizeof(key), e);
 	return e ? e->mr : NULL;
+}
+
+int pdma_key_draw(struct pdma_domain *d, uint64_t *key)
+{
+	for (int tries = 0; tries < 64; tries++) {
+		uint64_t k;
+		int ret = pdma_random_bytes(&d->rand, &k, sizeof(k));
+
+		if (ret)
+			return ret;
+		k &= d->key_mask;
+		if (k != PDMA_KEY_NOTAVAIL && k != 0) {
+			*key = k;
+			return 0;
+		}
+	}
+	return -ENOSPC; /* only 0 and all-ones drawn: a 1-byte key space, unlucky */
 }
 
 int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key)
 {
-	struct pdma_key_entry *e;
-
 	if (!(d->attr.mr_mode & PDMA_MR_PROV_KEY)) {
 		/* PDMA_KEY_NOTAVAIL is reserved: it would read as "no key". */
 		if ((requested & ~d->key_mask) || requested == PDMA_KEY_NOTAVAIL)
 			return -EKEYREJECTED;
-		HASH_FIND(hh, d->keys, &requested, sizeof(requested), e);
-		if (e)
+		if (pdma_idmap_find(&d->keys, requested))
 			return -ENOKEY;
 		*key = requested;
 		return 0;
@@ -109,15 +286,11 @@ int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key)
 		return -EKEYREJECTED;
 	for (int tries = 0; tries < 64; tries++) {
 		uint64_t k;
-		int ret = pdma_random_bytes(&d->rand, &k, sizeof(k));
+		int ret = pdma_key_draw(d, &k);
 
 		if (ret)
 			return ret;
-		k &= d->key_mask;
-		if (k == PDMA_KEY_NOTAVAIL || k == 0)
-			continue;
-		HASH_FIND(hh, d->keys, &k, sizeof(k), e);
-		if (!e) {
+		if (!pdma_idmap_find(&d->keys, k)) {
 			*key = k;
 			return 0;
 		}

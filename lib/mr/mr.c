@@ -10,6 +10,7 @@
  * address base + offset where base is the first segment's address.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,21 +95,48 @@ static int check_iov(const struct pdma_domain *d, const struct iovec *iov, size_
 	return 0;
 }
 
-static void mr_free(struct pdma_mr *m)
+/* An MR object for nsegs segments: from the domain's pool if it fits there,
+ * else a new one (see struct pdma_mr). Domain lock exclusive. The pool saves
+ * an allocation on every registration; it holds as many objects as were
+ * ever open at once. A reused object keeps its old fields: the caller sets
+ * every one (a memset here cost a tenth of a cached registration). */
+static struct pdma_mr *mr_get(struct pdma_domain *d, size_t nsegs)
 {
-	for (size_t i = 0; i < m->nsegs; i++)
-		region_release(m->dom, m->segs[i].region);
-	free(m);
+	struct pdma_mr *m = d->mr_pool;
+	size_t cap = nsegs > PDMA_MR_POOL_SEGS ? nsegs : PDMA_MR_POOL_SEGS;
+
+	if (m && nsegs <= PDMA_MR_POOL_SEGS) {
+		d->mr_pool = m->pool_next;
+		return m;
+	}
+	m = calloc(1, sizeof(*m) + cap * sizeof(m->segs[0]));
+	if (m)
+		m->cap = cap;
+	return m;
+}
+
+/* Domain lock exclusive. False: not a pool object, the caller frees it (after
+ * dropping the lock). */
+static bool mr_put(struct pdma_domain *d, struct pdma_mr *m)
+{
+	if (m->cap != PDMA_MR_POOL_SEGS)
+		return false;
+	m->pool_next = d->mr_pool;
+	d->mr_pool = m;
+	return true;
 }
 
 int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint64_t flags,
 		    struct pdma_mr **out)
 {
+	struct pdma_region *regs[64]; /* mr_iov_limit <= 64: pdma_domain_open */
 	const struct pdma_mem_ops *ops;
 	struct pdma_eq *eq = NULL;
-	struct pdma_mr *m;
-	uint64_t key;
-	size_t total;
+	uint8_t tag[sizeof(((struct pdma_mr *)0)->raw_tag)] = { 0 };
+	struct pdma_mr *m = NULL;
+	size_t total, npinned = 0;
+	uint64_t key = 0;
+	bool prov;
 	void *be;
 	int ret;
 
@@ -132,62 +160,106 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 
 	/* Fail on a bad requested key before paying for any pin. The EQ slot is
 	 * reserved under the domain lock: pdma_eq_close (lock exclusive) then
-	 * sees the reservation and cannot free the EQ under us. */
-	pthread_rwlock_rdlock(&d->lock);
-	ret = pdma_key_new(d, attr->requested_key, &key);
-	eq = d->eq && (d->eq->flags & PDMA_REG_MR) ? d->eq : NULL;
-	if (!ret && eq)
-		ret = pdma_eq_reserve(eq);
-	pthread_rwlock_unlock(&d->lock);
-	if (ret)
-		return ret;
-
-	m = calloc(1, sizeof(*m) + attr->iov_count * sizeof(m->segs[0]));
-	if (!m) {
-		ret = -ENOMEM;
-		goto err_eq;
-	}
-	m->dom = d;
-	m->access = attr->access;
-	m->context = attr->context;
-	m->iface = attr->iface;
-	m->device = attr->device;
-	m->base = (uint64_t)(uintptr_t)attr->mr_iov[0].iov_base;
-	m->total_len = total;
-	atomic_init(&m->enabled, !(d->attr.mr_mode & (PDMA_MR_RMA_EVENT | PDMA_MR_ENDPOINT)));
-	ret = pdma_random_bytes(&d->rand, m->raw_tag, sizeof(m->raw_tag));
-	if (ret)
-		goto err_mr;
-	for (size_t i = 0; i < attr->iov_count; i++) {
-		m->segs[i].addr = (uint64_t)(uintptr_t)attr->mr_iov[i].iov_base;
-		m->segs[i].len = attr->mr_iov[i].iov_len;
-		m->segs[i].mr = m;
-		ret = seg_pin(d, attr->iface, attr->device, m->segs[i].addr, m->segs[i].len, ops, be,
-			      &m->segs[i].region);
+	 * sees the reservation and cannot free the EQ under us. A provider key
+	 * with no EQ bound needs neither, and skips this lock (a cached
+	 * registration then takes the domain lock once): its key is drawn after
+	 * the pins, without the domain lock (random pages need none), and
+	 * checked against the live keys once, under the lock exclusive below.
+	 * An EQ bound meanwhile is caught there too. d->eq is only compared
+	 * with NULL here, never followed: the EQ may be closing. */
+	prov = d->attr.mr_mode & PDMA_MR_PROV_KEY;
+	if (prov && attr->requested_key)
+		return -EKEYREJECTED; /* pdma_key_new's rule, without the lock */
+	if (!prov || __atomic_load_n(&d->eq, __ATOMIC_ACQUIRE)) {
+		pthread_rwlock_rdlock(&d->lock);
+		if (!prov)
+			ret = pdma_key_new(d, attr->requested_key, &key);
+		eq = d->eq && (d->eq->flags & PDMA_REG_MR) ? d->eq : NULL;
+		if (!ret && eq)
+			ret = pdma_eq_reserve(eq);
+		pthread_rwlock_unlock(&d->lock);
 		if (ret)
-			goto err_mr;
-		m->nsegs++;
+			return ret;
 	}
+	for (; npinned < attr->iov_count; npinned++) {
+		ret = seg_pin(d, attr->iface, attr->device,
+			      (uint64_t)(uintptr_t)attr->mr_iov[npinned].iov_base,
+			      attr->mr_iov[npinned].iov_len, ops, be, &regs[npinned]);
+		if (ret)
+			goto err_regs;
+	}
+	/* Random bytes after the pins: memory that cannot be registered costs
+	 * none, and a thread's first draw maps its random page (key.c) after
+	 * the memory was checked, not in a hole the caller expects to fail. */
+	if (prov)
+		ret = pdma_key_draw(d, &key);
+	/* The raw-key tag is only ever read under PDMA_MR_RAW. */
+	if (!ret && (d->attr.mr_mode & PDMA_MR_RAW))
+		ret = pdma_random_bytes(&d->rand, tag, sizeof(tag));
+	if (ret)
+		goto err_regs;
 
 	pthread_rwlock_wrlock(&d->lock);
-	if (d->attr.mr_mode & PDMA_MR_PROV_KEY) {
-		/* A random key may have been taken meanwhile: draw again. */
-		if (pdma_key_lookup(d, key))
+	if (!eq && d->eq && (d->eq->flags & PDMA_REG_MR)) {
+		/* Bound since the check above: this registration completes after
+		 * the bind, so it owes the EQ its event. */
+		ret = pdma_eq_reserve(d->eq);
+		if (!ret)
+			eq = d->eq;
+	}
+	if (!ret && pdma_idmap_find(&d->keys, key)) {
+		if (prov) /* the drawn key is live (tiny key sizes): draw again */
 			ret = pdma_key_new(d, 0, &key);
-	} else if (pdma_key_lookup(d, key)) {
-		ret = -ENOKEY; /* lost a race for the same requested key */
+		else
+			ret = -ENOKEY; /* lost a race for the same requested key */
 	}
-	if (ret) {
-		pthread_rwlock_unlock(&d->lock);
-		goto err_mr;
+	if (!ret) {
+		m = mr_get(d, npinned);
+		if (!m)
+			ret = -ENOMEM;
 	}
-	m->own_key.key = key;
-	m->own_key.mr = m;
-	m->desc_id = atomic_fetch_add(&desc_ids, 1) + 1;
-	HASH_ADD(hh, d->keys, key, sizeof(m->own_key.key), &m->own_key);
-	HASH_ADD(hh_desc, d->descs, desc_id, sizeof(m->desc_id), m);
-	d->n_mr++;
+	if (!ret) {
+		/* Every field but cap and segs[nsegs..]: m may be a pool object. */
+		m->dom = d;
+		m->own_key = (struct pdma_key_entry){ .key = key, .mr = m };
+		m->aliases = NULL;
+		m->pool_next = NULL;
+		m->cntr = NULL;
+		m->cntr_flags = 0;
+		m->ep = NULL;
+		m->access = attr->access;
+		m->context = attr->context;
+		m->iface = attr->iface;
+		m->device = attr->device;
+		m->base = (uint64_t)(uintptr_t)attr->mr_iov[0].iov_base;
+		m->total_len = total;
+		memcpy(m->raw_tag, tag, sizeof(m->raw_tag));
+		atomic_init(&m->enabled,
+			    !(d->attr.mr_mode & (PDMA_MR_RMA_EVENT | PDMA_MR_ENDPOINT)));
+		atomic_init(&m->revoked, false);
+		for (size_t i = 0; i < npinned; i++)
+			m->segs[i] = (struct pdma_mr_seg){
+				.addr = (uint64_t)(uintptr_t)attr->mr_iov[i].iov_base,
+				.len = attr->mr_iov[i].iov_len,
+				.region = regs[i],
+				.mr = m,
+			};
+		m->nsegs = npinned;
+		m->desc_id = atomic_fetch_add(&desc_ids, 1) + 1;
+		ret = pdma_idmap_insert(&d->keys, key, &m->own_key);
+		if (!ret) {
+			ret = pdma_idmap_insert(&d->descs, m->desc_id, m);
+			if (ret)
+				pdma_idmap_remove(&d->keys, key);
+		}
+		if (ret && !mr_put(d, m))
+			free(m);
+	}
+	if (!ret)
+		d->n_mr++;
 	pthread_rwlock_unlock(&d->lock);
+	if (ret)
+		goto err_regs;
 
 	*out = m;
 	pdma_mr_watch(m);
@@ -200,9 +272,9 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	}
 	return 0;
 
-err_mr:
-	mr_free(m);
-err_eq:
+err_regs:
+	for (size_t i = 0; i < npinned; i++)
+		region_release(d, regs[i]);
 	if (eq)
 		pdma_eq_unreserve(eq);
 	return ret;
@@ -247,8 +319,11 @@ static void unbind_all(struct pdma_mr *m)
 
 int pdma_mr_close(struct pdma_mr *m)
 {
-	struct pdma_key_entry *e, *tmp;
+	struct pdma_region *regs[64];
+	struct pdma_key_entry *e;
 	struct pdma_domain *d;
+	bool pooled;
+	size_t nsegs;
 
 	if (!m)
 		return -EINVAL;
@@ -260,20 +335,30 @@ int pdma_mr_close(struct pdma_mr *m)
 		return -EBUSY;
 	}
 	/* With the lock exclusive no transfer is in flight; once the keys are
-	 * gone none can start: the device can no longer reach the memory. */
-	HASH_DEL(d->keys, &m->own_key);
-	HASH_ITER(hh, d->keys, e, tmp) {
-		if (e->mr == m) {
-			HASH_DEL(d->keys, e);
-			free(e);
-		}
+	 * gone none can start: the device can no longer reach the memory. The
+	 * MR's own key and its mapped keys (its alias list) are all it has in
+	 * the table: nothing else is searched. */
+	pdma_idmap_remove(&d->keys, m->own_key.key);
+	while ((e = m->aliases)) {
+		m->aliases = e->next_alias;
+		pdma_idmap_remove(&d->keys, e->key);
+		free(e);
 	}
-	HASH_DELETE(hh_desc, d->descs, m);
+	pdma_idmap_remove(&d->descs, m->desc_id);
 	unbind_all(m);
 	pdma_mr_unwatch(m); /* before n_mr drops: the EQ outlives every callback */
 	d->n_mr--;
+	/* The object may be reused as soon as the lock is dropped: keep what
+	 * is released after it (outside the lock: an uncached unpin is slow). */
+	nsegs = m->nsegs;
+	for (size_t i = 0; i < nsegs; i++)
+		regs[i] = m->segs[i].region;
+	pooled = mr_put(d, m);
 	pthread_rwlock_unlock(&d->lock);
-	mr_free(m);
+	if (!pooled)
+		free(m);
+	for (size_t i = 0; i < nsegs; i++)
+		region_release(d, regs[i]);
 	return 0;
 }
 
@@ -296,11 +381,7 @@ void *pdma_mr_context(const struct pdma_mr *m)
 
 struct pdma_mr *pdma_desc_mr(struct pdma_domain *d, void *desc)
 {
-	uint64_t id = (uint64_t)(uintptr_t)desc;
-	struct pdma_mr *m;
-
-	HASH_FIND(hh_desc, d->descs, &id, sizeof(id), m);
-	return m;
+	return pdma_idmap_find(&d->descs, (uint64_t)(uintptr_t)desc);
 }
 
 /* Raw key layout: key (8 bytes, little endian), random tag (8), zero padding. */
@@ -376,7 +457,11 @@ int pdma_mr_map_raw(struct pdma_domain *d, uint64_t base_addr, const uint8_t *ra
 	}
 	e->mr = m;
 	e->mapped = true;
-	HASH_ADD(hh, d->keys, key, sizeof(e->key), e);
+	ret = pdma_idmap_insert(&d->keys, e->key, e);
+	if (ret)
+		goto out;
+	e->next_alias = m->aliases; /* pdma_mr_close drops it with the MR */
+	m->aliases = e;
 	*key = e->key;
 	pthread_rwlock_unlock(&d->lock);
 	return 0;
@@ -388,19 +473,22 @@ out:
 
 int pdma_mr_unmap_key(struct pdma_domain *d, uint64_t key)
 {
-	struct pdma_key_entry *e;
+	struct pdma_key_entry *e, **p;
 
 	if (!d)
 		return -EINVAL;
 	if (!(d->attr.mr_mode & PDMA_MR_RAW))
 		return -ENOSYS;
 	pthread_rwlock_wrlock(&d->lock);
-	HASH_FIND(hh, d->keys, &key, sizeof(key), e);
+	e = pdma_idmap_find(&d->keys, key);
 	if (!e || !e->mapped) {
 		pthread_rwlock_unlock(&d->lock);
 		return e ? -EINVAL : -ENOKEY;
 	}
-	HASH_DEL(d->keys, e);
+	pdma_idmap_remove(&d->keys, key);
+	for (p = &e->mr->aliases; *p != e; p = &(*p)->next_alias)
+		;
+	*p = e->next_alias;
 	pthread_rwlock_unlock(&d->lock);
 	free(e);
 	return 0;

@@ -192,6 +192,128 @@ static void test_raw_keys(void **state)
 	assert_int_equal(pdma_domain_close(plain), 0);
 }
 
+/* MR objects are reused from the domain's pool (lib/mr/domain.h): a closed
+ * MR's key, mapped keys and descriptor must stay dead when its object comes
+ * back as a new MR, which has keys and a descriptor of its own. */
+static void test_dead_key_after_reuse(void **state)
+{
+	struct pdma_domain *d = dom_open(PDMA_MR_BASIC | PDMA_MR_RAW, NULL);
+	static char buf[4096], src[4096];
+	uint64_t base, alias[3], key2, k;
+	uint8_t raw[16];
+	size_t ks = sizeof(raw);
+	struct pdma_mr *m1, *m2, *old;
+	void *desc1;
+	char out[4];
+
+	(void)state;
+	assert_int_equal(pdma_mr_reg(d, buf, 256, RW, 0, 0, 0, &m1, NULL), 0);
+	desc1 = pdma_mr_desc(m1);
+	assert_int_equal(pdma_mr_raw_attr(m1, &base, raw, &ks, 0), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pdma_mr_map_raw(d, base, raw, ks, &alias[i], 0), 0);
+	/* Unmapping the middle alias keeps the others (the MR's alias list). */
+	assert_int_equal(pdma_mr_unmap_key(d, alias[1]), 0);
+	assert_int_equal(pdma_sim_dma_read(d, alias[1], base, out, 4), -ENOKEY);
+	assert_int_equal(pdma_sim_dma_read(d, alias[0], base, out, 4), 0);
+	assert_int_equal(pdma_sim_dma_read(d, alias[2], base, out, 4), 0);
+	old = m1;
+	assert_int_equal(pdma_mr_close(m1), 0);
+
+	/* The pool hands the object straight back: the case under test. */
+	assert_int_equal(pdma_mr_reg(d, buf, 256, RW, 0, 0, 0, &m2, NULL), 0);
+	assert_ptr_equal(m2, old);
+	assert_true(pdma_mr_desc(m2) != desc1);
+	ks = sizeof(raw);
+	assert_int_equal(pdma_mr_raw_attr(m2, &base, raw, &ks, 0), 0);
+	assert_int_equal(pdma_mr_map_raw(d, base, raw, ks, &key2, 0), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_true(key2 != alias[i]);
+		assert_int_equal(pdma_sim_dma_read(d, alias[i], base, out, 4), -ENOKEY);
+		assert_int_equal(pdma_mr_unmap_key(d, alias[i]), -ENOKEY);
+	}
+	assert_int_equal(pdma_sim_dma_read(d, key2, base, out, 4), 0);
+	/* The old descriptor names nothing, the new one the new MR. */
+	assert_int_equal(pdma_sim_write(d, src, 16, desc1, base, key2), -EINVAL);
+	assert_int_equal(pdma_mr_close(m2), 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+
+	/* Requested keys: the old key is refused, the reused object answers
+	 * only to the new one. */
+	d = dom_open(PDMA_MR_VIRT_ADDR, NULL);
+	assert_int_equal(pdma_mr_reg(d, buf, 256, RW, 0, 42, 0, &m1, NULL), 0);
+	old = m1;
+	assert_int_equal(pdma_mr_close(m1), 0);
+	assert_int_equal(pdma_mr_reg(d, buf, 256, RW, 0, 43, 0, &m2, NULL), 0);
+	assert_ptr_equal(m2, old);
+	k = (uint64_t)(uintptr_t)buf;
+	assert_int_equal(pdma_sim_dma_read(d, 42, k, out, 4), -ENOKEY);
+	assert_int_equal(pdma_sim_dma_read(d, 43, k, out, 4), 0);
+	assert_int_equal(pdma_mr_close(m2), 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+
+	/* MRs of more segments than a pool object holds: objects of their own,
+	 * freed at close (valgrind: no leak, no stale read); keys die alike. */
+	{
+		struct pdma_domain_attr a;
+		struct iovec iov[8];
+
+		pdma_domain_attr_init(&a);
+		a.mr_iov_limit = 8;
+		assert_int_equal(pdma_domain_open(&a, &d), 0);
+		for (int i = 0; i < 8; i++) {
+			iov[i].iov_base = buf + 512 * i;
+			iov[i].iov_len = 512;
+		}
+		for (int round = 0; round < 2; round++) {
+			assert_int_equal(pdma_mr_regv(d, iov, 8, RW, 0, 0, 0, &m1, NULL), 0);
+			assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 0, 0, &m2, NULL), 0);
+			k = pdma_mr_key(m1);
+			/* The last segment: the object has room for all eight. */
+			assert_int_equal(pdma_sim_dma_read(d, k, (uint64_t)(uintptr_t)buf + 3800,
+							   out, 4), 0);
+			assert_int_equal(pdma_mr_close(m1), 0);
+			assert_int_equal(pdma_sim_dma_read(d, k, (uint64_t)(uintptr_t)buf, out, 4),
+					 -ENOKEY);
+			assert_int_equal(pdma_mr_close(m2), 0);
+		}
+		assert_int_equal(pdma_domain_close(d), 0);
+	}
+}
+
+/* Keys of consecutive registrations are unrelated: no counter, no stride. A
+ * CSPRNG's consecutive 64-bit keys differ in 32 bits on average (binomial,
+ * s.d. 4 per pair: the mean of N - 1 pairs lies in 32 +- 0.6 with
+ * overwhelming probability); a counter or a fixed stride flips a few low
+ * bits, and repeats its difference. */
+static void test_provider_keys_unrelated(void **state)
+{
+	enum { N = 400 };
+	struct pdma_domain *d = dom_open(PDMA_MR_BASIC, NULL);
+	static char buf[4096];
+	uint64_t keys[N];
+	long flips = 0;
+	int same_diff = 0;
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		struct pdma_mr *m;
+
+		/* Each closed before the next: the same pool object every time. */
+		assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 0, 0, &m, NULL), 0);
+		keys[i] = pdma_mr_key(m);
+		assert_int_equal(pdma_mr_close(m), 0);
+	}
+	for (int i = 1; i < N; i++) {
+		flips += __builtin_popcountll(keys[i] ^ keys[i - 1]);
+		if (i > 1)
+			same_diff += keys[i] - keys[i - 1] == keys[i - 1] - keys[i - 2];
+	}
+	assert_true(flips > 29L * (N - 1) && flips < 35L * (N - 1));
+	assert_true(same_diff == 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -199,6 +321,8 @@ int main(void)
 		cmocka_unit_test(test_provider_keys),
 		cmocka_unit_test(test_provider_keys_fork),
 		cmocka_unit_test(test_raw_keys),
+		cmocka_unit_test(test_dead_key_after_reuse),
+		cmocka_unit_test(test_provider_keys_unrelated),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

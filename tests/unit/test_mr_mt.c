@@ -263,6 +263,113 @@ static void test_parallel_registration(void **state)
 	assert_int_equal(pdma_domain_close(g[0].d), 0);
 }
 
+/*
+ * Provider keys from several threads at once, MR objects recycled through the
+ * domain's pool between them: every thread registers its own buffer (a
+ * pattern of its own), publishes the key, reads through it and closes. Other
+ * threads read through whatever key was published last, live or dead: the
+ * answer must be -ENOKEY or the publisher's own pattern, never another
+ * thread's (a dead key resolving to a reused object), and a key whose close
+ * returned is refused from then on.
+ */
+enum { PK_THREADS = 4 };
+
+struct pk_shared {
+	struct pdma_domain *d;
+	_Atomic uint64_t published[PK_THREADS]; /* owner's latest key */
+	_Atomic uint64_t dead[PK_THREADS];      /* owner's latest closed key */
+	char *bufs[PK_THREADS];                 /* each thread's buffer, set before start */
+};
+
+struct pk_thread {
+	struct pk_shared *sh;
+	int id;
+	int foreign, live_dead, errors;
+	long hits;
+};
+
+static void *pk_main(void *arg)
+{
+	struct pk_thread *t = arg;
+	struct pk_shared *sh = t->sh;
+	char *buf = sh->bufs[t->id];
+
+	for (int i = 0; i < rounds(3000); i++) {
+		struct pdma_mr *m;
+		uint64_t key, base = (uint64_t)(uintptr_t)buf;
+		char out[8];
+
+		if (pdma_mr_reg(sh->d, buf, 4096, RW, 0, 0, 0, &m, NULL)) {
+			t->errors++;
+			continue;
+		}
+		key = pdma_mr_key(m);
+		atomic_store(&sh->published[t->id], key);
+		if (pdma_sim_dma_read(sh->d, key, base + 8, out, sizeof(out)) ||
+		    out[0] != 'A' + t->id)
+			t->errors++;
+		/* Every thread's latest key, whatever state it is in now, at
+		 * every thread's buffer: it may reach only its owner's (VIRT_ADDR:
+		 * elsewhere -EINVAL), and there only the owner's pattern. A dead
+		 * key is refused everywhere. */
+		for (int o = 0; o < PK_THREADS; o++) {
+			uint64_t k = atomic_load(&sh->published[o]);
+			uint64_t dk = atomic_load(&sh->dead[o]);
+
+			for (int j = 0; j < PK_THREADS && k; j++) {
+				uint64_t a = (uint64_t)(uintptr_t)sh->bufs[j] + 8;
+				int r = pdma_sim_dma_read(sh->d, k, a, out, 1);
+
+				if (r == 0 && (j != o || out[0] != 'A' + o))
+					t->foreign++;
+				else if (r && r != -ENOKEY && r != -EINVAL)
+					t->errors++;
+				if (dk && pdma_sim_dma_read(sh->d, dk, a, out, 1) != -ENOKEY)
+					t->live_dead++;
+			}
+		}
+		if (pdma_mr_close(m))
+			t->errors++;
+		atomic_store(&sh->dead[t->id], key);
+		if (pdma_sim_dma_read(sh->d, key, base + 8, out, sizeof(out)) != -ENOKEY)
+			t->live_dead++;
+		t->hits++;
+	}
+	return NULL;
+}
+
+static void test_provider_keys_parallel(void **state)
+{
+	struct pdma_domain_attr da;
+	struct pk_shared sh = { 0 };
+	struct pk_thread t[PK_THREADS];
+	pthread_t th[PK_THREADS];
+
+	(void)state;
+	pdma_domain_attr_init(&da);
+	da.use_cache = 1; /* cached hits: the fast path, MR objects from the pool */
+	assert_int_equal(pdma_domain_open(&da, &sh.d), 0);
+	for (int i = 0; i < PK_THREADS; i++) {
+		sh.bufs[i] = malloc(4096);
+		assert_non_null(sh.bufs[i]);
+		memset(sh.bufs[i], 'A' + i, 4096);
+	}
+	for (int i = 0; i < PK_THREADS; i++) {
+		t[i] = (struct pk_thread){ .sh = &sh, .id = i };
+		assert_int_equal(pthread_create(&th[i], NULL, pk_main, &t[i]), 0);
+	}
+	for (int i = 0; i < PK_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(t[i].errors, 0);
+		assert_int_equal(t[i].foreign, 0);
+		assert_int_equal(t[i].live_dead, 0);
+		assert_true(t[i].hits == rounds(3000));
+	}
+	assert_int_equal(pdma_domain_close(sh.d), 0);
+	for (int i = 0; i < PK_THREADS; i++)
+		free(sh.bufs[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -270,6 +377,7 @@ int main(void)
 		cmocka_unit_test(test_free_vs_dma_cached),
 		cmocka_unit_test(test_eq_handle_before_event),
 		cmocka_unit_test(test_parallel_registration),
+		cmocka_unit_test(test_provider_keys_parallel),
 	};
 
 	return cmocka_run_group_tests_name("mr_mt", tests, NULL, NULL);
