@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Performance round 2 (issue 15): the rows of its table re-measured on the GPU
+# machine's host in one call of the device tool, from a build made here whose
+# shared libraries the machine lacks travel in BUILD/dev (cmocka, jansson,
+# liburing, UCX's libucs/libucm and libnuma):
+#  1. bench_regcache: hits at 10k and 100k regions with 1 and N = 2, 4, 8, 16
+#     threads, all threads on the same regions and each on its own slice
+#     (--disjoint), UCX's rcache side by side; then miss + pin;
+#  2. peerdma bench reg: the public API's cached reg+close and misses;
+#  3. bench_cuda: the CUDA registration rows (hooks, tag check, host memory);
+#  4. bench_ingest (a) at 64 B - 1500 B against the D2D copy of the same run,
+#     and (c) gen -> ingest over loopback, 1500 B, 1-4 receive threads.
+# Each writes its table (.txt) and JSON under OUT.
+# usage: bench/run-round2-h100.sh BUILD OUT
+set -uo pipefail
+B=$(readlink -f "${1:?build dir}")
+OUT=${2:?output dir}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$B/dev:$B PEERDMA_VRT_CUDA=$B/libpeerdma_vrt_cuda.so \
+	PEERDMA_VRT_CUDA_BENCH=$B/libpeerdma_vrt_cuda_bench.so
+{
+	date -u
+	nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+	echo "$(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+} | tee "$OUT/regcache.txt"
+
+echo "=== 1. bench_regcache"
+for t in 2 4 8 16; do
+	for mode in shared disjoint; do
+		flag=
+		[ $mode = disjoint ] && flag=--disjoint
+		echo "--- threads $t, $mode"
+		timeout 120 "$B/bench/regcache/bench_regcache" --sizes 10000,100000 --threads $t --no-miss \
+			--reps 5 $flag --json "$OUT/rc-$t-$mode.json"
+	done
+done >>"$OUT/regcache.txt" 2>&1
+timeout 120 "$B/bench/regcache/bench_regcache" --sizes 10000,100000 --no-hit --reps 5 \
+	--json "$OUT/rc-miss.json" >>"$OUT/regcache.txt" 2>&1
+grep -E "^hit rand +10000|^miss|^---" "$OUT/regcache.txt"
+
+# 2 and 3: where BUILD/old holds the binaries of the code before a change
+# (peerdma, bench_cuda), they run too, alternating with the new ones
+echo "=== 2. peerdma bench reg"
+for r in 1 2; do
+	for v in new old; do
+		bin=$B/peerdma
+		[ $v = old ] && bin=$B/old/peerdma
+		[ -x "$bin" ] || continue
+		echo "--- $v, round $r"
+		timeout 180 "$bin" bench reg --iters 200000 --json "$OUT/bench-reg-$v-$r.json" 2>&1
+	done
+done >"$OUT/bench-reg.txt"
+cat "$OUT/bench-reg.txt"
+
+echo "=== 3. bench_cuda"
+for v in new old; do
+	bin=$B/bench/cuda/bench_cuda
+	[ $v = old ] && bin=$B/old/bench_cuda
+	[ -x "$bin" ] || continue
+	echo "--- $v"
+	timeout 180 "$bin" --json "$OUT/bench-cuda-$v.json" 2>&1
+done >"$OUT/bench-cuda.txt"
+grep -iE "^---|reg|close|host|hit" "$OUT/bench-cuda.txt" | head -60
+
+echo "=== 4. bench_ingest (a), (c)"
+timeout 300 "$B/bench/ingest/bench_ingest" --parts ac --sizes 64,256,1024,1500 --rx recvmmsg,io_uring \
+	--json "$OUT/ingest.json" >"$OUT/ingest.txt" 2>&1
+echo "rc=$?"
+cat "$OUT/ingest.txt"
+# the regcache runs in one file (the device tool returns at most 8)
+python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+o = sys.argv[1]
+runs = {}
+for f in sorted(glob.glob(os.path.join(o, "rc-*.json"))):
+    runs[os.path.basename(f)[3:-5]] = json.load(open(f))
+    os.remove(f)
+json.dump(runs, open(os.path.join(o, "regcache.json"), "w"), indent=1)
+for kind in ("bench-reg", "bench-cuda"):
+    runs = {}
+    for f in sorted(glob.glob(os.path.join(o, kind + "-*.json"))):
+        runs[os.path.basename(f)[len(kind) + 1:-5]] = json.load(open(f))
+        os.remove(f)
+    json.dump(runs, open(os.path.join(o, kind + ".json"), "w"), indent=1)
+PY
+date -u
