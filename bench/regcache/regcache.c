@@ -21,7 +21,10 @@
  *
  * usage: bench_regcache [--reps N] [--threads N] [--ops N] [--sizes a,b,c]
  *                       [--json FILE] [--dat FILE] [--note TEXT] [--quick] [--no-miss]
- *                       [--no-hit] [--disjoint]
+ *                       [--no-hit] [--disjoint] [--miss-ops N]
+ *
+ * --miss-ops N: regions inserted per repetition of the miss rows (default
+ * 100000; the sim row inserts N/4), to compare the miss at several sizes.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -542,6 +545,8 @@ int main(int argc, char **argv)
 			dat_path = argv[++i];
 		else if (!strcmp(argv[i], "--note") && i + 1 < argc)
 			note = argv[++i];
+		else if (!strcmp(argv[i], "--miss-ops") && i + 1 < argc)
+			miss_ops = strtoull(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--no-miss"))
 			no_miss = true;
 		else if (!strcmp(argv[i], "--no-hit"))
@@ -561,13 +566,13 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"usage: %s [--reps N] [--threads N] [--ops N] [--sizes a,b,c] "
-				"[--json FILE] [--dat FILE] [--note TEXT] [--quick] [--no-miss] [--no-hit] "
-				"[--disjoint]\n",
+				"[--json FILE] [--dat FILE] [--note TEXT] [--quick] [--miss-ops N] [--no-miss] "
+				"[--no-hit] [--disjoint]\n",
 				argv[0]);
 			return 2;
 		}
 	}
-	if (reps < 1 || reps > 64 || threads < 1 || threads > 64 || !ops) {
+	if (reps < 1 || reps > 64 || threads < 1 || threads > 64 || !ops || miss_ops < 4) {
 		fprintf(stderr, "bad arguments\n");
 		return 2;
 	}

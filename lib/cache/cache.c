@@ -325,8 +325,22 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 	atomic_init(&c->live, 1);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->slab_lock, NULL);
-	c->entry_size = (sizeof(struct entry) + SL_MAX * sizeof(struct entry *) + 63) & ~(size_t)63;
-	atomic_init(&c->ht, pdma_cache_htab_new(64));
+	/* The links start at offsetof(next), before sizeof's tail padding. */
+	c->entry_size = (offsetof(struct entry, next) + SL_MAX * sizeof(struct entry *) + 63) &
+			~(size_t)63;
+	/* The hash table starts at the size of the configured limit (load 1/2,
+	 * at most HT_PRESIZE_MAX buckets): growing from 64 buckets rehashed every
+	 * entry about once more, a cold line each, in the writer's critical
+	 * section, and faulted in a fresh table per doubling. The memory is
+	 * mapped, so buckets never written cost no RAM. Above the cap it grows
+	 * as before. */
+	{
+		size_t nb = 64;
+
+		while (nb < HT_PRESIZE_MAX && nb < 2 * attr->max_count)
+			nb *= 2;
+		atomic_init(&c->ht, pdma_cache_htab_new(nb));
+	}
 	if (!atomic_load(&c->ht)) {
 		pthread_mutex_destroy(&c->slab_lock);
 		pthread_mutex_destroy(&c->lock);

@@ -25,10 +25,17 @@
 #define RLX(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
 #define REF_DEAD (INT32_MIN / 2)
-#define SL_MAX 12 /* p = 1/4: ample for 4^12 regions */
+/* Skip-list levels, p = 1/4: 4^9 = 262144 regions before the top level grows
+ * longer than a few entries (beyond, a search takes n / 4^8 steps there).
+ * Not more: every entry reserves SL_MAX links, and with 9 an entry fills six
+ * cache lines instead of seven, which is a seventh less memory to fault in
+ * and zero while a cache fills (the larger part of a miss's cost measured
+ * at 100k regions). */
+#define SL_MAX 9
 #define SLAB_CHUNK ((size_t)2 << 20)
 #define INVAL_RING 64
 #define SCAN_LIMIT 256
+#define HT_PRESIZE_MAX ((size_t)1 << 18) /* buckets: 2 MiB of table */
 
 /* ---------------------------------------------------------------------------
  * LRU stamps: per-thread monotonic, loosely synchronised through a global
@@ -96,13 +103,15 @@ struct entry {
 	uint64_t heap_key;            /* writer: stamp when (re)placed in the heap */
 	size_t heap_idx;              /* writer: heap position; SIZE_MAX: not in it */
 	bool indexed;                 /* writer: in hash, skip list and heap */
+	int levels;                   /* here, in indexed's padding: see SL_MAX */
 	struct entry *defer_next;
 	struct retire rt;
-	int levels;
 	struct entry *_Atomic next[]; /* skip list, levels entries */
 } __attribute__((aligned(64)));
 
 _Static_assert(offsetof(struct entry, r) == 64, "hot fields fill one cache line");
+_Static_assert(offsetof(struct entry, next) + SL_MAX * sizeof(void *) <= 6 * 64,
+	       "an entry and its links fit six cache lines (SL_MAX)");
 
 struct htab {
 	size_t mask;
@@ -134,6 +143,7 @@ struct pdma_cache {
 	size_t count, bytes;
 	struct entry **heap;
 	size_t heap_len, heap_cap;
+	struct entry *sl_finger[SL_MAX]; /* index.c, sl_find_preds */
 	uint64_t inval_seq;
 	struct inval_rec inval[INVAL_RING];
 	struct pdma_monitor_sub *sub;

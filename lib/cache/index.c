@@ -47,13 +47,26 @@ static inline struct entry *_Atomic *sl_link(struct pdma_cache *c, struct entry 
 	return p ? &p->next[i] : &c->head[i];
 }
 
+/*
+ * Predecessors of e at every level. The search starts, at each level, from the
+ * later of the level above's predecessor and the finger (c->sl_finger: the
+ * predecessors left by the last insert), when the finger lies before e.
+ * Registrations mostly come in address order, so the finger is next to e and
+ * the search touches a few recently written entries instead of one cold entry
+ * per level (a DRAM miss each beyond the L3: the larger part of a miss's index
+ * work at 100k regions). Never more steps than the plain search: both start
+ * points are before e, and the later one is taken.
+ */
 static void sl_find_preds(struct pdma_cache *c, struct entry *e, struct entry **preds)
 {
 	struct entry *p = NULL;
 
 	for (int i = SL_MAX - 1; i >= 0; i--) {
-		struct entry *n;
+		struct entry *f = c->sl_finger[i], *n;
 
+		if (f && sl_before(f, e->start, e->end, e) &&
+		    (!p || sl_before(p, f->start, f->end, f)))
+			p = f;
 		while ((n = atomic_load_explicit(sl_link(c, p, i), memory_order_relaxed)) &&
 		       sl_before(n, e->start, e->end, e))
 			p = n;
@@ -73,6 +86,10 @@ static void sl_insert(struct pdma_cache *c, struct entry *e)
 				      memory_order_relaxed);
 		atomic_store_explicit(l, e, memory_order_release);
 	}
+	/* The finger holds, per level, an entry on that level (or NULL: the
+	 * head), so that a search may start from it. */
+	for (int i = 0; i < SL_MAX; i++)
+		c->sl_finger[i] = i < e->levels ? e : preds[i];
 }
 
 static void sl_remove(struct pdma_cache *c, struct entry *e)
@@ -87,6 +104,9 @@ static void sl_remove(struct pdma_cache *c, struct entry *e)
 			atomic_store_explicit(
 				l, atomic_load_explicit(&e->next[i], memory_order_relaxed),
 				memory_order_release);
+		/* Keep the finger on entries that are in the list. */
+		if (c->sl_finger[i] == e)
+			c->sl_finger[i] = preds[i];
 	}
 }
 

@@ -64,8 +64,15 @@ static void heap_down(struct pdma_cache *c, size_t i)
 
 int pdma_cache_heap_push(struct pdma_cache *c, struct entry *e)
 {
+	/* First allocation: room for the configured limit (capped as the hash
+	 * table is), so that filling the cache does not copy the heap at each
+	 * doubling; pages never written are not backed. */
+	size_t first = c->attr.max_count < HT_PRESIZE_MAX / 2 ? c->attr.max_count :
+								   HT_PRESIZE_MAX / 2;
+
 	if (c->heap_len == c->heap_cap &&
-	    pdma_cache_array_grow((void **)&c->heap, &c->heap_cap, 64, sizeof(*c->heap)))
+	    pdma_cache_array_grow((void **)&c->heap, &c->heap_cap, first < 64 ? 64 : first,
+				  sizeof(*c->heap)))
 		return -ENOMEM;
 	heap_set(c, c->heap_len++, e);
 	heap_up(c, c->heap_len - 1);
