@@ -67,12 +67,14 @@ int pdma_cache_heap_push(struct pdma_cache *c, struct entry *e)
 	/* First allocation: room for the configured limit (capped as the hash
 	 * table is), so that filling the cache does not copy the heap at each
 	 * doubling; pages never written are not backed. */
-	size_t first = c->attr.max_count < HT_PRESIZE_MAX / 2 ? c->attr.max_count :
-								   HT_PRESIZE_MAX / 2;
+	size_t first = c->attr.max_count;
 
+	if (first > HT_PRESIZE_MAX / 2)
+		first = HT_PRESIZE_MAX / 2;
+	if (first < 64)
+		first = 64;
 	if (c->heap_len == c->heap_cap &&
-	    pdma_cache_array_grow((void **)&c->heap, &c->heap_cap, first < 64 ? 64 : first,
-				  sizeof(*c->heap)))
+	    pdma_cache_array_grow((void **)&c->heap, &c->heap_cap, first, sizeof(*c->heap)))
 		return -ENOMEM;
 	heap_set(c, c->heap_len++, e);
 	heap_up(c, c->heap_len - 1);

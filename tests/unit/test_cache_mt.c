@@ -338,12 +338,137 @@ static void test_mt_hits_chaos(void **state)
 	run(1024, 4 * NSLOT * SLOT_PAGES, iters(), true);
 }
 
+/*
+ * The hash table's growth under lock-free readers. The table starts at the
+ * size of max_count, capped (lib/cache: HT_PRESIZE_MAX, 2^18 buckets at load
+ * 1/2): the caches above never grow it, so this one asks for more regions
+ * than the cap and inserts past it while hitters look up regions inserted
+ * first. A rehash may give a reader a false miss, which the locked slow path
+ * must turn into a hit: no region may be pinned twice, and every region must
+ * still be found afterwards.
+ */
+#define GROW_N 140000 /* past 2^17 regions: one doubling */
+#define GROW_HOT 64
+
+static _Atomic uint64_t grow_pins, grow_unpins;
+
+static int grow_pin(void *be, uint64_t addr, size_t len, pdma_mem_revoke_fn revoke, void *arg,
+		    void **pin)
+{
+	(void)be, (void)len, (void)revoke, (void)arg;
+	atomic_fetch_add(&grow_pins, 1);
+	*pin = (void *)(uintptr_t)addr;
+	return 0;
+}
+
+static void grow_unpin(void *be, void *pin)
+{
+	(void)be, (void)pin;
+	atomic_fetch_add(&grow_unpins, 1);
+}
+
+static const struct pdma_mem_ops grow_ops = {
+	.name = "grow", .page_size = 4096, .pin = grow_pin, .unpin = grow_unpin,
+};
+
+static inline uint64_t grow_addr(size_t i)
+{
+	return BASE + (uint64_t)i * 2 * 4096; /* apart: one region per get */
+}
+
+struct grow_arg {
+	struct pdma_cache *c;
+	struct pdma_region *hot[GROW_HOT];
+	uint64_t gets;
+};
+
+static void *grow_hitter(void *arg)
+{
+	struct grow_arg *g = arg;
+
+	while (!atomic_load(&stop)) {
+		for (size_t i = 0; i < GROW_HOT; i++) {
+			struct pdma_region *r;
+
+			if (pdma_cache_get(g->c, &grow_ops, NULL, PDMA_HMEM_SIM, grow_addr(i), 4096,
+					   NULL, &r) != 0 || r != g->hot[i]) {
+				atomic_fetch_add(&errors, 1);
+				return NULL;
+			}
+			pdma_cache_put(g->c, r);
+			g->gets++;
+		}
+	}
+	return NULL;
+}
+
+static void test_mt_grow(void **state)
+{
+	struct pdma_cache_attr a;
+	struct pdma_cache_stats st;
+	struct grow_arg g[NHIT];
+	pthread_t th[NHIT];
+	struct pdma_region *hot[GROW_HOT];
+	struct pdma_cache *c;
+
+	(void)state;
+	memset(&a, 0, sizeof(a));
+	a.max_count = (size_t)1 << 20;
+	a.max_size = (size_t)1 << 40;
+	a.monitor = PDMA_CACHE_MONITOR_DISABLED;
+	a.mode[PDMA_HMEM_SIM] = PDMA_CACHE_MODE_TRUST;
+	assert_int_equal(pdma_cache_open(&a, &c), 0);
+	atomic_store(&stop, 0);
+	for (size_t i = 0; i < GROW_HOT; i++) {
+		assert_int_equal(pdma_cache_get(c, &grow_ops, NULL, PDMA_HMEM_SIM, grow_addr(i),
+						4096, NULL, &hot[i]),
+				 0);
+		pdma_cache_put(c, hot[i]);
+	}
+	for (int t = 0; t < NHIT; t++) {
+		g[t].c = c;
+		g[t].gets = 0;
+		memcpy(g[t].hot, hot, sizeof(hot));
+		assert_int_equal(pthread_create(&th[t], NULL, grow_hitter, &g[t]), 0);
+	}
+	for (size_t i = GROW_HOT; i < GROW_N; i++) {
+		struct pdma_region *r;
+
+		assert_int_equal(pdma_cache_get(c, &grow_ops, NULL, PDMA_HMEM_SIM, grow_addr(i),
+						4096, NULL, &r),
+				 0);
+		pdma_cache_put(c, r);
+	}
+	atomic_store(&stop, 1);
+	for (int t = 0; t < NHIT; t++) {
+		pthread_join(th[t], NULL);
+		assert_true(g[t].gets > 0);
+	}
+	assert_int_equal(atomic_load(&errors), 0);
+	assert_int_equal(atomic_load(&grow_pins), GROW_N);
+	/* After the growth every region is still indexed: all hits. */
+	for (size_t i = 0; i < GROW_N; i++) {
+		struct pdma_region *r;
+
+		assert_int_equal(pdma_cache_get(c, &grow_ops, NULL, PDMA_HMEM_SIM, grow_addr(i),
+						4096, NULL, &r),
+				 0);
+		pdma_cache_put(c, r);
+	}
+	assert_int_equal(atomic_load(&grow_pins), GROW_N);
+	pdma_cache_get_stats(c, &st);
+	assert_int_equal(st.count, GROW_N);
+	pdma_cache_close(c);
+	assert_int_equal(atomic_load(&grow_unpins), GROW_N);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mt_hits),
 		cmocka_unit_test(test_mt_chaos),
 		cmocka_unit_test(test_mt_hits_chaos),
+		cmocka_unit_test(test_mt_grow),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
