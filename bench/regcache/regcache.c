@@ -53,32 +53,6 @@ static bool disjoint; /* hit rows: each thread its own slice of the regions */
 
 /* ---------------------------------------------------------------- backends */
 
-static int null_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc *a)
-{
-	(void)be;
-	a->base = addr;
-	a->size = len;
-	a->buffer_id = 0;
-	return 0;
-}
-
-static int null_pin(void *be, uint64_t addr, size_t len, pdma_mem_revoke_fn revoke, void *arg,
-		    void **pin)
-{
-	(void)be, (void)len, (void)revoke, (void)arg;
-	*pin = (void *)(uintptr_t)addr;
-	return 0;
-}
-
-static void null_unpin(void *be, void *pin)
-{
-	(void)be, (void)pin;
-}
-
-static const struct pdma_mem_ops null_ops = {
-	.name = "noop", .page_size = HPG, .query = null_query, .pin = null_pin,
-	.unpin = null_unpin,
-};
 
 /* UCX side: the same no-op registration, or a sim pin. */
 struct ucx_region {
@@ -160,7 +134,7 @@ static int cachex_open(struct cachex *x, enum kind kind, size_t max_regions,
 		a.max_size = (size_t)1 << 50;
 		a.monitor = PDMA_CACHE_MONITOR_DISABLED;
 		a.mode[PDMA_HMEM_SIM] = PDMA_CACHE_MODE_TRUST;
-		x->ops = sim ? &pdma_mem_sim_ops : &null_ops;
+		x->ops = sim ? &pdma_mem_sim_ops : &pdma_mem_noop_ops;
 		x->be = sim;
 		return pdma_cache_open(&a, &x->pc);
 	} else {

@@ -56,6 +56,8 @@ struct pdma_mem_ops {
 
 extern const struct pdma_mem_ops pdma_mem_host_ops;
 extern const struct pdma_mem_ops pdma_mem_sim_ops;
+/* pins nothing (4 KiB pages): the cache measured alone (noop.c) */
+extern const struct pdma_mem_ops pdma_mem_noop_ops;
 
 struct pdma_sim;
 /* Bytes moved by the simulated DMA device (statistics). */

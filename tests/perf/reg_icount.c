@@ -46,32 +46,6 @@
  * every lookup) the same from run to run whatever the address-space layout. */
 #define HIT_BASE 0x7e0000000000ull
 
-static int null_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc *a)
-{
-	(void)be;
-	a->base = addr;
-	a->size = len;
-	a->buffer_id = 0;
-	return 0;
-}
-
-static int null_pin(void *be, uint64_t addr, size_t len, pdma_mem_revoke_fn revoke, void *arg,
-		    void **pin)
-{
-	(void)be, (void)len, (void)revoke, (void)arg;
-	*pin = (void *)(uintptr_t)addr;
-	return 0;
-}
-
-static void null_unpin(void *be, void *pin)
-{
-	(void)be, (void)pin;
-}
-
-static const struct pdma_mem_ops null_ops = {
-	.name = "noop", .page_size = HPG, .query = null_query, .pin = null_pin,
-	.unpin = null_unpin,
-};
 
 static int fail(const char *what, int err)
 {
@@ -82,7 +56,7 @@ static int fail(const char *what, int err)
 static int get_put(struct pdma_cache *c, uint64_t addr)
 {
 	struct pdma_region *r;
-	int ret = pdma_cache_get(c, &null_ops, NULL, PDMA_HMEM_SIM, addr, HPG, NULL, &r);
+	int ret = pdma_cache_get(c, &pdma_mem_noop_ops, NULL, PDMA_HMEM_SIM, addr, HPG, NULL, &r);
 
 	if (ret)
 		return ret;
