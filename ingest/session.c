@@ -54,8 +54,8 @@ struct pdma_ingest {
 	struct pdma_frm_cfg frm;    /* nic path: what the frames must carry */
 	bool dfr_thread;            /* the deframer thread runs (not on the nic path) */
 	double last_progress;       /* nic path: when the receive thread printed */
-	double nic_last_work;       /* nic path: the last batch of frames (idle flush) */
-	bool nic_flushed;           /* nic path: open blocks published since */
+	double last_work;           /* idle flush: when the deframing thread last had work */
+	bool flushed;               /* ... and its open blocks were published since */
 	uint64_t last_pk, last_by;
 	struct pdma_blocks *blocks; /* subscribers' blocks (pdma_ingest_enable_blocks) */
 	double flush_idle;          /* seconds without datagrams before open blocks go out */
@@ -208,25 +208,33 @@ void pdma_ingest_set_progress(struct pdma_ingest *ing, FILE *f)
 static void progress_line(struct pdma_ingest *ing, double t, uint64_t *last_pk, uint64_t *last_by,
 			  double *last_t);
 
-/* The nic path's consumer: one batch of frames, in arrival order. */
+/* After each pass of the thread that deframes (the socket paths' deframer
+ * thread, the nic path's receive thread), which had work or found none:
+ * once nothing has arrived for flush_idle, what has come goes to the
+ * consumers, once per quiet spell. */
+static void idle_tick(struct pdma_ingest *ing, bool worked)
+{
+	if (worked) {
+		ing->last_work = now_s();
+		ing->flushed = false;
+	} else if (ing->blocks && ing->flush_idle > 0 && !ing->flushed &&
+		   now_s() - ing->last_work >= ing->flush_idle) {
+		pdma_blocks_publish_open(ing->blocks);
+		ing->flushed = true;
+	}
+}
+
+/* The nic path's consumer: one batch of frames, in arrival order; n 0: a
+ * quiet poll (idle tick). */
 static int nic_frames(void *arg, uint64_t dev_base, const uint8_t *host_base,
 		      const struct pdma_frame *f, uint32_t n)
 {
 	struct pdma_ingest *ing = arg;
 	int ret = 0;
 
-	if (!n) {
-		/* quiet: as the socket paths' deframer thread, what has come
-		 * goes to the consumers once nothing arrived for flush_idle */
-		if (ing->blocks && ing->flush_idle > 0 && !ing->nic_flushed &&
-		    now_s() - ing->nic_last_work >= ing->flush_idle) {
-			pdma_blocks_publish_open(ing->blocks);
-			ing->nic_flushed = true;
-		}
+	idle_tick(ing, n > 0);
+	if (!n)
 		return 0;
-	}
-	ing->nic_last_work = now_s();
-	ing->nic_flushed = false;
 	if (ing->gpu)
 		ret = pdma_gpu_batch_frames(ing->gpu, &ing->frm, (const void *)(uintptr_t)dev_base, f, n,
 					    &ing->dfr.acct, &ing->dfr.frames);
@@ -290,9 +298,8 @@ static void progress_line(struct pdma_ingest *ing, double t, uint64_t *last_pk, 
 static void *dfr_main(void *arg)
 {
 	struct pdma_ingest *ing = arg;
-	double last_t = now_s(), last_work = last_t;
+	double last_t = now_s();
 	uint64_t last_pk = 0, last_by = 0;
-	bool flushed = true;
 
 	/* The idle poll below sleeps 50 us; with the default 50 us timer
 	 * slack each sleep lasted about twice that, and a block's delivery
@@ -328,15 +335,7 @@ static void *dfr_main(void *arg)
 			if (t - last_t >= 1.0)
 				progress_line(ing, t, &last_pk, &last_by, &last_t);
 		}
-		if (!idle) {
-			last_work = now_s();
-			flushed = false;
-		} else if (ing->blocks && ing->flush_idle > 0 && !flushed &&
-			   now_s() - last_work >= ing->flush_idle) {
-			/* quiet: what has come goes to the consumers now */
-			pdma_blocks_publish_open(ing->blocks);
-			flushed = true;
-		}
+		idle_tick(ing, !idle);
 		if (idle) {
 			if (live == 0)
 				break; /* rx_live read before the scan: nothing can follow */
@@ -355,6 +354,8 @@ int pdma_ingest_start(struct pdma_ingest *ing)
 	if (ing->started)
 		return -EALREADY;
 	ing->t_start = now_s();
+	ing->last_work = ing->t_start;
+	ing->flushed = true; /* nothing to publish before the first work */
 	atomic_store(&ing->rx_live, (int)ing->nrx);
 	for (uint32_t i = 0; i < ing->nrx; i++) {
 		int e = pthread_create(&ing->rx[i].th, NULL, rx_main, &ing->rx[i]);
