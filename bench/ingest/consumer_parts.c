@@ -192,9 +192,17 @@ static void *send_main(void *arg)
 	return NULL;
 }
 
+/* Percentile p of v (sorted, n values); p 1: the maximum. */
 static double pct(const double *v, size_t n, double p)
 {
 	return n ? v[(size_t)(p * (double)(n - 1) + 0.5)] : 0;
+}
+
+/* p50, p99 and maximum of sorted latencies, in microseconds. */
+static json_t *lat_json(const double *v, size_t n)
+{
+	return json_pack("{s:f,s:f,s:f}", "p50", pct(v, n, .5) * 1e6, "p99", pct(v, n, .99) * 1e6,
+			 "max", pct(v, n, 1) * 1e6);
 }
 
 /* One run: prints its row, appends its record. */
@@ -327,7 +335,7 @@ stop:
 		       c_mbps, sub ? ratio : 0,
 		       (unsigned long long)ss.overruns, pct(f.lat_new_lo, f.nlat, .5) * 1e6,
 		       pct(f.lat_new, f.nlat, .5) * 1e6,
-		       pct(f.lat_new, f.nlat, .99) * 1e6, f.nlat ? f.lat_new[f.nlat - 1] * 1e6 : 0,
+		       pct(f.lat_new, f.nlat, .99) * 1e6, pct(f.lat_new, f.nlat, 1) * 1e6,
 		       pct(f.lat_old, f.nlat, .5) * 1e6);
 		json_object_set_new(j, "path", json_string(r->pname));
 		json_object_set_new(j, "consumer", json_string(r->style));
@@ -352,18 +360,9 @@ stop:
 		json_object_set_new(j, "taken_over_received", json_real(sub ? ratio : 0));
 		json_object_set_new(j, "overruns", json_integer((json_int_t)ss.overruns));
 		json_object_set_new(j, "window_drops", json_integer((json_int_t)st.window_drops));
-		json_object_set_new(j, "latency_newest_lo_us",
-				    json_pack("{s:f,s:f,s:f}", "p50", pct(f.lat_new_lo, f.nlat, .5) * 1e6, "p99",
-					      pct(f.lat_new_lo, f.nlat, .99) * 1e6, "max",
-					      f.nlat ? f.lat_new_lo[f.nlat - 1] * 1e6 : 0));
-		json_object_set_new(j, "latency_newest_us",
-				    json_pack("{s:f,s:f,s:f}", "p50", pct(f.lat_new, f.nlat, .5) * 1e6, "p99",
-					      pct(f.lat_new, f.nlat, .99) * 1e6, "max",
-					      f.nlat ? f.lat_new[f.nlat - 1] * 1e6 : 0));
-		json_object_set_new(j, "latency_oldest_us",
-				    json_pack("{s:f,s:f,s:f}", "p50", pct(f.lat_old, f.nlat, .5) * 1e6, "p99",
-					      pct(f.lat_old, f.nlat, .99) * 1e6, "max",
-					      f.nlat ? f.lat_old[f.nlat - 1] * 1e6 : 0));
+		json_object_set_new(j, "latency_newest_lo_us", lat_json(f.lat_new_lo, f.nlat));
+		json_object_set_new(j, "latency_newest_us", lat_json(f.lat_new, f.nlat));
+		json_object_set_new(j, "latency_oldest_us", lat_json(f.lat_old, f.nlat));
 		json_object_set_new(j, "checksum", json_integer((json_int_t)(f.sum & 0x7fffffff)));
 		json_array_append_new(arr, j);
 	}
