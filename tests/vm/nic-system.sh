@@ -74,12 +74,23 @@ json_out() {
 	echo
 	echo "PDNIC-JSON-END $1"
 }
-# after a run: gen done on the host, the GPU memory copied there
-host_sync() { # NAME
+# after a run: gen done on the host
+host_done() { # NAME
 	pdtest nicctl "WAIT $1" "DONE $1 0"
 	res $? "$1: gen on the host finished"
+}
+# ... and the GPU memory copied there
+host_sync() { # NAME
+	host_done "$1"
 	pdtest nicctl "SNAPSHOT $1" "SNAPSHOT-OK $1"
 	res $? "$1: the host copied the GPU memory"
+}
+# TEXT: the receiver ($pid) never attached the NIC: a failed check, and it
+# is stopped
+not_attached() {
+	res 1 "$1"
+	kill $pid 2>/dev/null
+	bounded_wait $pid 10
 }
 
 # -- full: counts, malformed frames, bytes
@@ -93,9 +104,7 @@ if ingest_bg full --nic-bufs 256 --idle 3000 --duration 300; then
 	host_sync full
 	json_out full
 else
-	res 1 "full: ingest attached the NIC to GPU memory pinned by peerdma.ko"
-	kill $pid 2>/dev/null
-	bounded_wait $pid 10
+	not_attached "full: ingest attached the NIC to GPU memory pinned by peerdma.ko"
 fi
 pins_zero full
 
@@ -118,17 +127,14 @@ if attached $pid /tmp/api.out '^PORT '; then
 	st=$?
 	sed 's/^/  /' /tmp/api.err
 	res $st "api: every sample of every block as gen sent it, gaps zero, no hole or overlap (exit status $st)"
-	pdtest nicctl "WAIT api" "DONE api 0"
-	res $? "api: gen on the host finished"
+	host_done api
 	# one marker pair around the consumer's lines, for tests/vm/run to cut out
 	echo "PDNIC-OUT-BEGIN api"
 	cat /tmp/api.out
 	echo "PDNIC-OUT-END api"
 else
 	sed 's/^/  /' /tmp/api.err
-	res 1 "api: the public API's nic session attached the NIC"
-	kill $pid 2>/dev/null
-	bounded_wait $pid 10
+	not_attached "api: the public API's nic session attached the NIC"
 fi
 pins_zero api
 
@@ -149,8 +155,7 @@ if attached $pid /tmp/record.err 'receiving on'; then
 	st=$?
 	sed 's/^/  /' /tmp/record.err
 	res $st "record: wrote its recordings (exit status $st)"
-	pdtest nicctl "WAIT record" "DONE record 0"
-	res $? "record: gen on the host finished"
+	host_done record
 	echo "PDNIC-OUT-BEGIN record"
 	for f in /tmp/rec/*.sigmf-meta; do
 		echo "META ${f##*/} $(tr -d '\n' <"$f")"
@@ -161,9 +166,7 @@ if attached $pid /tmp/record.err 'receiving on'; then
 	echo "PDNIC-OUT-END record"
 else
 	sed 's/^/  /' /tmp/record.err
-	res 1 "record: peerdma record attached the NIC"
-	kill $pid 2>/dev/null
-	bounded_wait $pid 10
+	not_attached "record: peerdma record attached the NIC"
 fi
 pins_zero record
 
@@ -178,9 +181,7 @@ if ingest_bg revoke --nic-bufs 512 --revoke-after 100 --duration 120; then
 	host_sync revoke
 	json_out revoke
 else
-	res 1 "revoke: ingest attached the NIC"
-	kill $pid 2>/dev/null
-	bounded_wait $pid 10
+	not_attached "revoke: ingest attached the NIC"
 fi
 pins_zero revoke
 
@@ -190,16 +191,13 @@ if ingest_bg kill --nic-bufs 256 --duration 120; then
 	sleep 1
 	kill -9 $pid
 	wait $pid
-	pdtest nicctl "WAIT kill" "DONE kill 0"
-	res $? "kill: gen on the host finished"
+	host_done kill
 	# the NIC is free again: a new attachment receives
 	ingest_bg after-kill --nic-bufs 64 --duration 1
 	res $? "kill: the NIC attaches again after kill -9 of its owner"
 	bounded_wait $pid 30
 else
-	res 1 "kill: ingest attached the NIC"
-	kill $pid 2>/dev/null
-	bounded_wait $pid 10
+	not_attached "kill: ingest attached the NIC"
 fi
 pins_zero "kill -9"
 
