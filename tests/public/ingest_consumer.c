@@ -117,6 +117,13 @@ int main(int argc, char **argv)
 	if (nstreams == 0 || nstreams > 16)
 		return 2;
 	pdma_ingest_attr_init(&a);
+	/* Longer than any pause of a paced gen: it sends a stream's turn of up
+	 * to 64 datagrams, then sleeps (160 ms at the debug guests' 400/s). An
+	 * idle flush inside such a pause would publish a block before the
+	 * reordered packet that completes it, which then counts as late and
+	 * reads as a gap gen never made. The streams' ends still come from the
+	 * idle flush, before the stop (5 s of quiet ends this program). */
+	a.flush_idle_ms = 1000;
 	if (nic) {
 		a.path = PDMA_INGEST_PATH_NIC;
 		a.nic_dev = nic[0] ? nic : NULL;

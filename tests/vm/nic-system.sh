@@ -146,7 +146,7 @@ pins_zero api
 rm -rf /tmp/rec /tmp/record.json /tmp/record.err
 mkdir -p /tmp/rec
 peerdma record --path nic --deframer cpu --port 4991 --max-streams 8 --out-packets 1024 --dir /tmp/rec \
-	--prefix cap --idle 3000 --duration 120 --json /tmp/record.json 2>/tmp/record.err &
+	--prefix cap --idle 3000 --flush-idle 1000 --duration 120 --json /tmp/record.json 2>/tmp/record.err &
 pid=$!
 if attached $pid /tmp/record.err 'receiving on'; then
 	res 0 "record: peerdma record attached the NIC"
