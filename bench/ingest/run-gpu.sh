@@ -3,7 +3,7 @@
 # (device tool), from binaries built on the development machine (nvcc there
 # compiles the modules) and carried in DIR with the shared libraries the image
 # lacks (cmocka, jansson, liburing), plus the build tree BUILD for ctest:
-#  1. bench_ingest (x): the deframer's kernels (auto, v11, v7s) next to copies
+#  1. bench_ingest (x): the deframer's kernels (auto, v11, v16, v7s) next to copies
 #     of the same data volume and probes of v11's passes; everything after it
 #     runs the default kernel (auto), or $KERNEL when set (PEERDMA_DFR_KERNEL);
 #  2. ctest -L gpu -V of BUILD (test_deframer, test_cuda, test_cuda_cudart,

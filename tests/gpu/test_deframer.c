@@ -5,7 +5,7 @@
  * ("direct"), zero-copy (mapped pinned host ring) and host-staged (copy
  * engine chunks); with stream launch and with CUDA graph launch (whole rings
  * and small batches of varying size, so graphs are built, replayed with new
- * parameters and evicted); and for each kernel (auto, v11, v7s), on a ring
+ * parameters and evicted); and for each kernel (auto, v11, v16, v7s), on a ring
  * whose payloads all allow 16-byte copies as well as on one whose payloads do
  * not. The rings hold malformed packets, failing
  * trailers among them (alone and beside a valid copy of the same packet),
@@ -417,12 +417,12 @@ static void test_graph_host_staged_aligned(void **state)
 	compare(&F.aligned, "host-staged, 1 MiB chunks");
 }
 
-/* Every kernel (auto, v11, v7s), both rings, direct (whole ring and small
+/* Every kernel (auto, v11, v16, v7s), both rings, direct (whole ring and small
  * batches) and zero-copy, graph launch and stream launch. Names that are not
  * a kernel, the variants measured and removed among them, are refused. */
 static void test_kernels(void **state)
 {
-	static const char *names[] = { "v7s", "v11", "auto" };
+	static const char *names[] = { "v7s", "v11", "v16", "auto" };
 	(void)state;
 	char was[16];
 	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
@@ -534,6 +534,32 @@ static void test_stride_hint(void **state)
 	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
 }
 
+/* auto runs v16 while the longest payload known is short (256 bytes, the
+ * aligned ring's second generator), v11 once a longer one is seen. Run the
+ * first short data packet alone, then the packets before it (1024-byte
+ * payloads under v16, which raises the hint), then the rest (v11), and
+ * compare: byte-identical across the switch. */
+static void test_auto_small(void **state)
+{
+	(void)state;
+	struct ringref *R = &F.aligned;
+	const size_t ss = R->ring.slot_size;
+	uint32_t ib = 0;
+	char was[16];
+	while (ib < R->n && !(R->cpu_desc[ib].status == PDMA_DFR_ST_DATA && R->cpu_desc[ib].stream_id >= 0x2000))
+		ib++;
+	assert_true(ib > 0 && ib + 1 < R->n);
+	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
+	assert_int_equal(F.ops.set_kernel(F.g, "auto"), 0);
+	begin(PDMA_GPU_LAUNCH_STREAM);
+	uint8_t *d = (uint8_t *)R->dev;
+	assert_int_equal(F.ops.run(F.g, d + ib * ss, (uint32_t)ss, 1, F.gpu_desc + ib), 0);
+	assert_int_equal(F.ops.run(F.g, d, (uint32_t)ss, ib, F.gpu_desc), 0);
+	assert_int_equal(F.ops.run(F.g, d + (ib + 1) * ss, (uint32_t)ss, R->n - ib - 1, F.gpu_desc + ib + 1), 0);
+	compare(R, "auto, v16 on a short payload, then v11");
+	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
+}
+
 /* The fast path (v11's header pass) takes a packet's trailer from the slot
  * header's copy (PDMA_SLOT_TAIL) instead of reading it from the datagram: in
  * a copy of the aligned ring, every slot carries the copy, and every third
@@ -622,6 +648,7 @@ int main(void)
 		cmocka_unit_test(test_env_kernel),
 		cmocka_unit_test(test_idempotent),
 		cmocka_unit_test(test_stride_hint),
+		cmocka_unit_test(test_auto_small),
 		cmocka_unit_test(test_slot_tail),
 		cmocka_unit_test(test_open_config),
 	};

@@ -8,10 +8,13 @@
  * This file is the host side: the handle, the choice of kernel per batch, the
  * launches on streams (graph.cu replays them as CUDA graphs) and the ops table
  * of gpu.h. The kernels are in kernels.cu; DESIGN.md says why these two:
- *   auto  (the default) v11 once a payload length is known, v7s before;
+ *   auto  (the default) v16 while the longest payload known is short, v11
+ *         once it is longer, v7s before any is known;
  *   v11   two passes: header pass (one thread per packet, fast path, writes a
  *         work list), then a copy pass of 16-byte windows whose stride comes
  *         from the longest payload seen so far;
+ *   v16   one pass for short payloads: v11's header pass, whose warps then
+ *         copy their own 32 payloads (no work list, no second launch);
  *   v7s   one pass: a warp parses 32 headers, then copies their payloads.
  *
  * Built by nvcc into libpeerdma_vrt_cuda.so (ingest/deframe/cuda/CMakeLists.txt) and
@@ -25,9 +28,10 @@
 #include "dfr.h"
 
 static const struct kvar KV[] = {
-	{ "auto", true, true },
-	{ "v11", true, false },
-	{ "v7s", false, false },
+	{ "auto", true, true, false },
+	{ "v11", true, false, false },
+	{ "v7s", false, false, false },
+	{ "v16", true, false, true },
 };
 #define NKV (sizeof(KV) / sizeof(KV[0]))
 #define KV_DEFAULT (&KV[0])
@@ -47,6 +51,11 @@ static const char *const REMOVED[] = { "v5",  "v5cs", "v5b4", "v5na", "v6",  "v6
  * once one is known; v11 is ahead of v7s at every packet size from 64 bytes
  * up on the H100 and the H200 (DESIGN.md). PEERDMA_DFR_AUTO_MIN overrides. */
 #define AUTO_MIN_PAYLOAD 1u
+
+/* auto: the longest payload (bytes) for which the one-pass v16 runs instead
+ * of v11: v16 is ahead up to 256-byte packets (224-byte payloads), v11 from
+ * 512 on the H100 (DESIGN.md). PEERDMA_DFR_SMALL_MAX overrides (0: never). */
+#define AUTO_SMALL_MAX 256u
 
 /* Launch shape for n packets: packets per warp as many as 32 (the header
  * stage is then shared by a full warp), but few enough that every resident
@@ -168,6 +177,18 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	return launch_copy(g, s, sl, slot_size, n, stride, wl);
 }
 
+/* v16: one launch of the header pass whose warps copy their own payloads. */
+static int launch_small(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
+			struct pdma_dfr_desc *d_desc, cudaStream_t s)
+{
+	uint32_t hint = *(volatile uint32_t *)g->hint_h;
+	const uint8_t *sl = (const uint8_t *)slots;
+	void *a[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &hint, &g->d_pmax, &g->hint_d };
+	g->topo = g->topo * 1000003u + 3u;
+	CK(g, cudaLaunchKernel((const void *)dfr_small_pass, dim3((n + 255) / 256), dim3(256), a, 0, s));
+	return 0;
+}
+
 int dfr_launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
 	       struct pdma_dfr_desc *d_desc, cudaStream_t s, int parts)
 {
@@ -182,6 +203,9 @@ int dfr_launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, ui
 		return r;
 	}
 	const struct kvar *kv = g->kv;
+	const uint32_t longest = *(volatile uint32_t *)g->hint_h;
+	if (kv->small || (kv->autosel && longest && longest <= g->small_max))
+		return launch_small(g, slots, slot_size, n, d_desc, s);
 	/* auto: the one-pass kernel while no payload length is known. */
 	if (kv->tp && !(kv->autosel && *(volatile uint32_t *)g->hint_h < g->auto_min)) {
 		int r = launch_tp(g, slots, slot_size, n, d_desc, s, DFR_PASS_ALL);
@@ -488,7 +512,7 @@ static int env_kernel(struct pdma_gpu_dfr *g, const char *name)
 	for (size_t i = 0; i < sizeof(REMOVED) / sizeof(REMOVED[0]); i++)
 		removed = removed || !strcmp(REMOVED[i], name);
 	fprintf(stderr,
-		"gpu deframer: PEERDMA_DFR_KERNEL=%s: %s; the kernels are auto (the default), v11 and v7s%s\n",
+		"gpu deframer: PEERDMA_DFR_KERNEL=%s: %s; the kernels are auto (the default), v11, v16 and v7s%s\n",
 		name, removed ? "a kernel variant that was measured and removed" : "no such kernel",
 		removed ? " (ingest/deframe/cuda/DESIGN.md: the variants, their numbers and the commits that hold them)"
 			: "");
@@ -547,6 +571,9 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	g->auto_min = AUTO_MIN_PAYLOAD;
 	if ((env = getenv("PEERDMA_DFR_AUTO_MIN")) && *env)
 		g->auto_min = (uint32_t)strtoul(env, NULL, 10);
+	g->small_max = AUTO_SMALL_MAX;
+	if ((env = getenv("PEERDMA_DFR_SMALL_MAX")) && *env)
+		g->small_max = (uint32_t)strtoul(env, NULL, 10);
 	if ((env = getenv("PEERDMA_DFR_KERNEL")) && *env && (ret = env_kernel(g, env)))
 		goto err;
 	ret = g_reset(g);

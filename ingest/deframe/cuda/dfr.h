@@ -24,6 +24,7 @@ extern "C" {
 #define DFR_ONEPASS_MINB 3 /* v7s: resident blocks of 256 per SM */
 #define DFR_COPY_U 2       /* v11's copy pass: 16-byte windows per thread ... */
 #define DFR_COPY_MINB 6    /* ... and resident blocks of 256 per SM */
+#define DFR_SMALL_R 4      /* v16: 16-byte units in flight per lane */
 
 __global__ void dfr_onepass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,
 			    uint32_t slot_size, uint32_t n, uint32_t group, struct pdma_dfr_desc *desc,
@@ -35,17 +36,21 @@ __global__ void dfr_frm_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_table
 				 const uint8_t *base, const struct pdma_frame *frames, uint32_t n,
 				 struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint, uint32_t *pmax,
 				 uint32_t *hhint);
+__global__ void dfr_small_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,
+			       uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint32_t hint,
+			       uint32_t *pmax, uint32_t *hhint);
 __global__ void dfr_copy_pass(const uint8_t *slots, uint32_t slot_size, uint32_t n, uint32_t stride,
 			      uint8_t *out, const uint4 *wl);
 
 /* ---- the handle ---- */
 
-/* A kernel variant: the two-pass v11 (tp), the one-pass v7s, or auto (v11
- * once a payload length is known, v7s before). */
+/* A kernel variant: the two-pass v11 (tp), the one-pass v16 (small) or v7s,
+ * or auto (v16 or v11 by the longest payload known, v7s before one is). */
 struct kvar {
 	const char *name;
 	bool tp;
 	bool autosel;
+	bool small;  /* v16 (launched from the stream path like v11, so graphs capture it) */
 };
 
 struct gent;
@@ -74,6 +79,7 @@ struct pdma_gpu_dfr {
 	uint32_t *hint_h, *hint_d;    /* longest payload seen (mapped host word; 0 unknown) */
 	uint32_t *d_pmax;             /* ... its device-side maximum */
 	uint32_t auto_min;            /* auto: v11 once the longest payload seen is this long */
+	uint32_t small_max;           /* auto: v16 while the longest payload seen is at most this long */
 	uint64_t topo;                /* graph capture: the launch topology launch() chose, folded per call */
 	struct pdma_frame *d_frames;  /* frame descriptors copied from unregistered host memory */
 	size_t frames_cap;

@@ -307,7 +307,7 @@ __device__ static void copy_serial(uint8_t *d, const uint8_t *s, uint32_t len)
  * a frame ring (dfr_frm_hdr_pass: slots is the region, slot_size 0, frame i
  * described by frames[i]; the work list's source offset is then from the
  * region's start, so the copy pass runs unchanged with slot_size 0). */
-template <bool FR>
+template <bool FR, bool SELF = false>
 __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
 						     const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n,
 						     struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint,
@@ -362,12 +362,19 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 		d.status = (int8_t)st;
 		if (desc)
 			desc[i] = d;
-		uint32_t wlen = len;
-		if (len && windows16((uintptr_t)(t.out + dst), len) > stride) {
-			copy_serial(t.out + dst, src + off, len);
-			wlen = 0;
+		if constexpr (!SELF) {
+			uint32_t wlen = len;
+			if (len && windows16((uintptr_t)(t.out + dst), len) > stride) {
+				copy_serial(t.out + dst, src + off, len);
+				wlen = 0;
+			}
+			wl[i] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), wlen ? off : 0, wlen);
 		}
-		wl[i] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), wlen ? off : 0, wlen);
+	}
+	if constexpr (SELF) {
+		/* v16: the warp copies its 32 packets' payloads itself, as one
+		 * flattened list (every lane takes part; len 0 past n). */
+		dfr_copy_group<DFR_SMALL_R>(slots + (size_t)(i < n ? i : 0) * slot_size, t.out, lane, off, len, dst);
 	}
 	const uint32_t nw = __reduce_max_sync(0xffffffffu, len > hint ? len : 0u);
 	if (lane == 0 && nw)
@@ -386,6 +393,20 @@ __global__ void __launch_bounds__(256)
 {
 	const struct pdma_frm_cfg fc = {};
 	hdr_pass_body<false>(c, t, slots, slot_size, n, desc, wl, stride, hint, pmax, hhint, nullptr, fc);
+}
+
+/* v16, one pass for small payloads: v11's header pass (fast path, one
+ * thread per packet, a full grid), then each warp copies its 32 payloads
+ * (warp_copy.cuh). No work list is written and read back and there is no
+ * second launch: at 64-256-byte packets those are a third to a sixth of
+ * the bytes v11 moves besides the packets (DESIGN.md). */
+__global__ void __launch_bounds__(256)
+	dfr_small_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
+		       uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint32_t hint, uint32_t *pmax,
+		       uint32_t *hhint)
+{
+	const struct pdma_frm_cfg fc = {};
+	hdr_pass_body<false, true>(c, t, slots, slot_size, n, desc, nullptr, 0, hint, pmax, hhint, nullptr, fc);
 }
 
 /* The header pass over a frame ring (region at base, frames[n]); then
