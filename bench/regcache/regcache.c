@@ -456,6 +456,47 @@ static void bench_miss(bool sim_backend, int reps, size_t ops, void *mem)
 	}
 }
 
+/* The physical floor of a lookup: ns per dependent load over a random cycle
+ * of 64-byte lines spanning bytes (Sattolo's shuffle: one cycle through every
+ * line, so no line is revisited before all were). A hit whose working set
+ * outgrows a cache level pays at least one such load per lookup. */
+static double chase_ns(size_t bytes)
+{
+	const size_t n = bytes / 64, steps = 4000000;
+	uint64_t *a = mmap(NULL, n * 64, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint32_t *perm = malloc(n * sizeof(*perm));
+	uint64_t x = 0x9e3779b97f4a7c15ull, i, j;
+	double t0, t;
+
+	if (a == MAP_FAILED || !perm) {
+		fprintf(stderr, "latency: cannot allocate %zu bytes\n", bytes);
+		exit(1);
+	}
+	for (i = 0; i < n; i++)
+		perm[i] = (uint32_t)i;
+	for (i = n - 1; i > 0; i--) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		j = x % i;
+		uint32_t tmp = perm[i];
+		perm[i] = perm[j];
+		perm[j] = tmp;
+	}
+	for (i = 0; i < n; i++)
+		a[(size_t)perm[i] * 8] = (uint64_t)perm[(i + 1) % n] * 8;
+	free(perm);
+	j = 0;
+	for (i = 0; i < n && i < steps; i++) /* warm: pages and TLB */
+		j = a[j];
+	t0 = now();
+	for (i = 0; i < steps; i++)
+		j = a[j];
+	t = now() - t0;
+	if (j == UINT64_MAX) /* keeps the chain */
+		puts("");
+	munmap(a, n * 64);
+	return t / (double)steps * 1e9;
+}
+
 static void machine_json(json_t *m, const char *note, double load_start)
 {
 	char model[256] = "unknown", line[512];
@@ -500,7 +541,10 @@ int main(int argc, char **argv)
 	size_t ops = 2000000, miss_ops = 100000;
 	size_t sizes[8] = { 1000, 10000, 100000 }, nsizes = 3;
 	const char *json_path = NULL, *dat_path = NULL, *note = NULL;
-	bool no_miss = false, no_hit = false;
+	bool no_miss = false, no_hit = false, latency = false;
+	static const size_t lat_sizes[] = { 256u << 10, 2u << 20, 8u << 20, 32u << 20, 256u << 20, 1u << 30 };
+	double lat_ns[sizeof(lat_sizes) / sizeof(lat_sizes[0])];
+	const size_t nlat = sizeof(lat_sizes) / sizeof(lat_sizes[0]);
 	size_t mem_slots, max_regions = 0;
 	void *mem;
 	json_t *root, *jr, *jm;
@@ -527,6 +571,8 @@ int main(int argc, char **argv)
 			no_hit = true;
 		else if (!strcmp(argv[i], "--disjoint"))
 			disjoint = true;
+		else if (!strcmp(argv[i], "--latency"))
+			latency = true;
 		else if (!strcmp(argv[i], "--quick")) {
 			reps = 3;
 			ops = 200000;
@@ -541,7 +587,7 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: %s [--reps N] [--threads N] [--ops N] [--sizes a,b,c] "
 				"[--json FILE] [--dat FILE] [--note TEXT] [--quick] [--miss-ops N] [--no-miss] "
-				"[--no-hit] [--disjoint]\n",
+				"[--no-hit] [--disjoint] [--latency]\n",
 				argv[0]);
 			return 2;
 		}
@@ -583,6 +629,14 @@ int main(int argc, char **argv)
 	printf("ns: median over %d repetitions of the mean time per get+put per thread; "
 	       "ratio: peerdma ns / UCX ns\n",
 	       reps);
+	if (latency) {
+		printf("\nmemory latency (one dependent load of a random 64-byte line; the floor of a "
+		       "lookup whose working set is that large)\n%12s %10s\n", "footprint", "ns/load");
+		for (size_t i = 0; i < nlat; i++) {
+			lat_ns[i] = chase_ns(lat_sizes[i]);
+			printf("%9zu KiB %10.1f\n", lat_sizes[i] >> 10, lat_ns[i]);
+		}
+	}
 
 	root = json_object();
 	jm = json_object();
@@ -619,6 +673,18 @@ int main(int argc, char **argv)
 		json_array_append_new(jr, o);
 	}
 	json_object_set_new(root, "rows", jr);
+	if (latency) {
+		json_t *jl = json_array();
+
+		for (size_t i = 0; i < nlat; i++) {
+			json_t *o = json_object();
+
+			json_object_set_new(o, "footprint_bytes", json_integer((json_int_t)lat_sizes[i]));
+			json_object_set_new(o, "ns_per_load", json_real(lat_ns[i]));
+			json_array_append_new(jl, o);
+		}
+		json_object_set_new(root, "latency", jl);
+	}
 	if (json_path && json_dump_file(root, json_path, JSON_INDENT(2)))
 		fprintf(stderr, "cannot write %s\n", json_path);
 	json_decref(root);
