@@ -285,19 +285,27 @@ int pdma_cuda_check_range(struct pdma_cuda *ctx, const struct pdma_cuda_ptr_info
 	return 0;
 }
 
-int pdma_cuda_ops_for(struct pdma_cuda *ctx, uint64_t addr, size_t len,
-		      const struct pdma_mem_ops **ops)
+/* pdma_cuda_ops_for and, with alloc, pdma_cuda_ops_query: the range
+ * attributes are then asked for in the same driver call, and GPU memory gets
+ * pdma_mem_cuda_query's checks on them. */
+static int ops_classify(struct pdma_cuda *ctx, uint64_t addr, size_t len, const struct pdma_mem_ops **ops,
+			struct pdma_mem_alloc *alloc)
 {
 	struct pdma_cuda_ptr_info in;
-	int ret = pdma_cuda_classify_at(ctx, addr, &in, CL_KIND);
+	int ret = pdma_cuda_classify_at(ctx, addr, &in, alloc ? CL_ALLOC : CL_KIND);
 
-	(void)len;
 	if (ret)
 		return ret;
 	switch (in.kind) {
 	case PDMA_CUDA_KIND_DEVICE:
 		*ops = &pdma_mem_cuda_ops;
-		return 0;
+		if (!alloc)
+			return 0;
+		ret = pdma_cuda_check_range(ctx, &in, addr, len, in.base + in.size);
+		if (ret)
+			return ret;
+		pdma_cuda_alloc_from_info(alloc, &in);
+		return 1;
 	case PDMA_CUDA_KIND_HOST:
 	case PDMA_CUDA_KIND_UNKNOWN:
 		*ops = &pdma_mem_cuda_host_ops;
@@ -307,6 +315,18 @@ int pdma_cuda_ops_for(struct pdma_cuda *ctx, uint64_t addr, size_t len,
 		pdma_cuda_log(ctx, 3, PDMA_CUDA_MANAGED_MSG, (unsigned long long)addr);
 		return -EINVAL;
 	}
+}
+
+int pdma_cuda_ops_for(struct pdma_cuda *ctx, uint64_t addr, size_t len,
+		      const struct pdma_mem_ops **ops)
+{
+	return ops_classify(ctx, addr, len, ops, NULL);
+}
+
+int pdma_cuda_ops_query(struct pdma_cuda *ctx, uint64_t addr, size_t len,
+			const struct pdma_mem_ops **ops, struct pdma_mem_alloc *alloc)
+{
+	return ops_classify(ctx, addr, len, ops, alloc);
 }
 
 /* ------------------------------------------------------- flush, tag check */

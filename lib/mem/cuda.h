@@ -77,6 +77,13 @@ int pdma_cuda_classify(struct pdma_cuda *ctx, uint64_t addr, struct pdma_cuda_pt
  * managed memory. */
 int pdma_cuda_ops_for(struct pdma_cuda *ctx, uint64_t addr, size_t len,
 		      const struct pdma_mem_ops **ops);
+/* pdma_cuda_ops_for, and for GPU memory also what that ops table's query
+ * (pdma_mem_cuda_query) would say of [addr, addr + len), from the same
+ * driver call: returns 1 with *alloc filled, 0 where the caller must still
+ * query (host memory), or a negative errno (the query's, for GPU memory). A
+ * cached registration then costs one driver call instead of two. */
+int pdma_cuda_ops_query(struct pdma_cuda *ctx, uint64_t addr, size_t len,
+			const struct pdma_mem_ops **ops, struct pdma_mem_alloc *alloc);
 
 /* A pin's handle, for the kernel module (uapi) and for tests. */
 enum pdma_cuda_pin_kind {

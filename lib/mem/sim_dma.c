@@ -107,7 +107,7 @@ static int local_begin(struct pdma_domain *d, const void *buf, size_t len, void 
 	    !pdma_mem_sim_ops.query(d->attr.sim, a, len, &alloc))
 		return -EINVAL; /* device memory must be registered and described */
 	/* The provider hides local registration: pin the host buffer now. */
-	ret = pdma_domain_backend(d, PDMA_HMEM_SYSTEM, 0, a, len, &ops, &be);
+	ret = pdma_domain_backend(d, PDMA_HMEM_SYSTEM, 0, a, len, &ops, &be, NULL);
 	if (!ret)
 		ret = ops->query(be, a, len, &alloc);
 	if (ret)

@@ -242,7 +242,8 @@ int pdma_ep_close(struct pdma_ep *ep)
 }
 
 int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface, int device,
-			uint64_t addr, size_t len, const struct pdma_mem_ops **ops, void **be)
+			uint64_t addr, size_t len, const struct pdma_mem_ops **ops, void **be,
+			struct pdma_mem_alloc *alloc)
 {
 	switch (iface) {
 	case PDMA_HMEM_SYSTEM:
@@ -258,7 +259,7 @@ int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface, int d
 		*be = d->attr.sim;
 		return 0;
 	case PDMA_HMEM_CUDA:
-		return pdma_domain_cuda_backend(d, device, addr, len, ops, be);
+		return pdma_domain_cuda_backend(d, device, addr, len, ops, be, alloc);
 	}
 	return -EINVAL;
 }

@@ -209,13 +209,17 @@ int pdma_key_access(struct pdma_domain *d, uint64_t key, uint64_t addr, size_t l
 struct pdma_mr *pdma_desc_mr(struct pdma_domain *d, void *desc);
 
 /* Backend selection for memory [addr, addr + len) of an iface (CUDA picks GPU
- * or host ops by pointer; len 0 only checks that the iface is usable). */
+ * or host ops by pointer; len 0 only checks that the iface is usable). With
+ * alloc (may be NULL): where choosing the backend already asked the memory
+ * what its query would (GPU memory: one driver call for both), *alloc is
+ * filled and 1 returned; 0: ops->query is still the caller's to call. */
 int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface, int device,
-			uint64_t addr, size_t len, const struct pdma_mem_ops **ops, void **be);
+			uint64_t addr, size_t len, const struct pdma_mem_ops **ops, void **be,
+			struct pdma_mem_alloc *alloc);
 
 /* domain_cuda.c: the CUDA backend, opened at the first CUDA registration. */
 int pdma_domain_cuda_backend(struct pdma_domain *d, int device, uint64_t addr, size_t len,
-			     const struct pdma_mem_ops **ops, void **be);
+			     const struct pdma_mem_ops **ops, void **be, struct pdma_mem_alloc *alloc);
 void pdma_domain_backend_close(struct pdma_domain *d);
 
 #endif /* PDMA_LIB_DOMAIN_H */

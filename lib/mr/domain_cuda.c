@@ -11,9 +11,9 @@
 #include "mem/cuda.h"
 
 int pdma_domain_cuda_backend(struct pdma_domain *d, int device, uint64_t addr, size_t len,
-			     const struct pdma_mem_ops **ops, void **be)
+			     const struct pdma_mem_ops **ops, void **be, struct pdma_mem_alloc *alloc)
 {
-	int ret = 0;
+	int queried = 0, ret = 0;
 
 	if (device < 0)
 		return -EINVAL;
@@ -37,7 +37,12 @@ int pdma_domain_cuda_backend(struct pdma_domain *d, int device, uint64_t addr, s
 		*ops = &pdma_mem_cuda_ops;
 	} else {
 		/* GPU memory or host memory the GPU uses: the pointer decides. */
-		ret = pdma_cuda_ops_for(d->cuda, addr, len, ops);
+		ret = alloc ? pdma_cuda_ops_query(d->cuda, addr, len, ops, alloc) :
+			      pdma_cuda_ops_for(d->cuda, addr, len, ops);
+		if (ret > 0) {
+			queried = 1;
+			ret = 0;
+		}
 		if (ret) {
 			pdma_log(d, 1, "CUDA memory at %#llx cannot be registered: %s",
 				 (unsigned long long)addr, pdma_cuda_last_error());
@@ -52,7 +57,7 @@ int pdma_domain_cuda_backend(struct pdma_domain *d, int device, uint64_t addr, s
 			*ops = &pdma_mem_cuda_export_ops;
 		}
 	}
-	return 0;
+	return queried;
 }
 
 void pdma_domain_backend_close(struct pdma_domain *d)

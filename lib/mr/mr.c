@@ -56,10 +56,11 @@ static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device
 	 * takes the full path. */
 	if (dops && d->cache && !pdma_cache_find(d->cache, dops, dbe, iface, addr, len, out))
 		return 0;
-	ret = pdma_domain_backend(d, iface, device, addr, len, &ops, &be);
-	if (ret)
-		return ret;
-	ret = ops->query(be, addr, len, &alloc);
+	ret = pdma_domain_backend(d, iface, device, addr, len, &ops, &be, &alloc);
+	if (ret == 0)
+		ret = ops->query(be, addr, len, &alloc);
+	else if (ret > 0)
+		ret = 0; /* queried with the backend's choice (CUDA: one driver call) */
 	if (ret) {
 		pdma_log(d, 1, "%s memory [%#llx, +%zu) cannot be registered: %s", ops->name,
 			 (unsigned long long)addr, len, pdma_strerror(ret));
@@ -154,7 +155,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 		return -EOPNOTSUPP;
 	}
 	/* Is the iface usable at all (device present, backend loadable)? */
-	ret = pdma_domain_backend(d, attr->iface, attr->device, 0, 0, &ops, &be);
+	ret = pdma_domain_backend(d, attr->iface, attr->device, 0, 0, &ops, &be, NULL);
 	if (ret)
 		return ret;
 
