@@ -499,34 +499,43 @@ static void test_idempotent(void **state)
 	assert_true(old > 0);
 }
 
-/* v11 sizes its copy pass by the longest payload seen so far. Run the first
- * short-payload data packet (260 bytes) alone, so that the hint is short; the
- * rest of the ring then holds 1024-byte payloads wider than the copy pass's
- * stride, which their header threads copy themselves (the hint is raised for
- * the next launch), then a second run of the whole ring with the hint raised
- * (idempotent: all old). Byte-identical either way. */
+/* Kernel `kernel` over ring R in three runs: the first data packet of the
+ * short-payload generator (stream IDs 0x2000 on) alone, so that the longest
+ * payload known is short, then the packets before it, then the rest. */
+static void run_short_first(struct ringref *R, const char *kernel)
+{
+	const size_t ss = R->ring.slot_size;
+	uint8_t *d = (uint8_t *)R->dev;
+	uint32_t ib = 0;
+
+	while (ib < R->n && !(R->cpu_desc[ib].status == PDMA_DFR_ST_DATA && R->cpu_desc[ib].stream_id >= 0x2000))
+		ib++;
+	assert_true(ib > 0 && ib + 1 < R->n);
+	assert_int_equal(F.ops.set_kernel(F.g, kernel), 0);
+	begin(PDMA_GPU_LAUNCH_STREAM);
+	assert_int_equal(F.ops.run(F.g, d + ib * ss, (uint32_t)ss, 1, F.gpu_desc + ib), 0);
+	assert_int_equal(F.ops.run(F.g, d, (uint32_t)ss, ib, F.gpu_desc), 0);
+	assert_int_equal(F.ops.run(F.g, d + (ib + 1) * ss, (uint32_t)ss, R->n - ib - 1, F.gpu_desc + ib + 1), 0);
+}
+
+/* v11 sizes its copy pass by the longest payload seen so far. With the first
+ * short payload (260 bytes) run alone the hint is short; the 1024-byte
+ * payloads after it are wider than the copy pass's stride, so their header
+ * threads copy them (the hint is raised for the next launch); then a second
+ * run of the whole ring with the hint raised (idempotent: all old).
+ * Byte-identical either way. */
 static void test_stride_hint(void **state)
 {
 	(void)state;
 	struct ringref *R = &F.mixed;
-	const size_t ss = R->ring.slot_size;
-	uint32_t ib = 0;
 	char was[16];
-	while (ib < R->n && !(R->cpu_desc[ib].status == PDMA_DFR_ST_DATA && R->cpu_desc[ib].stream_id >= 0x2000))
-		ib++;
-	assert_true(ib > 0 && ib + 1 < R->n);
 	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
-	assert_int_equal(F.ops.set_kernel(F.g, "v11"), 0);
-	begin(PDMA_GPU_LAUNCH_STREAM);
-	uint8_t *d = (uint8_t *)R->dev;
-	assert_int_equal(F.ops.run(F.g, d + ib * ss, (uint32_t)ss, 1, F.gpu_desc + ib), 0);
-	assert_int_equal(F.ops.run(F.g, d, (uint32_t)ss, ib, F.gpu_desc), 0);
-	assert_int_equal(F.ops.run(F.g, d + (ib + 1) * ss, (uint32_t)ss, R->n - ib - 1, F.gpu_desc + ib + 1), 0);
+	run_short_first(R, "v11");
 	compare(R, "v11, stride hint short, then overflowed");
 	assert_int_equal(F.ops.set_kernel(F.g, "auto"), 0);
 	struct pdma_dfr_desc *again = calloc(R->n, sizeof(*again));
 	assert_non_null(again);
-	assert_int_equal(F.ops.run(F.g, d, (uint32_t)ss, R->n, again), 0);
+	assert_int_equal(F.ops.run(F.g, R->dev, (uint32_t)R->ring.slot_size, R->n, again), 0);
 	for (uint32_t i = 0; i < R->n; i++)
 		assert_int_not_equal(again[i].status, PDMA_DFR_ST_DATA);
 	free(again);
@@ -535,28 +544,17 @@ static void test_stride_hint(void **state)
 }
 
 /* auto runs v16 while the longest payload known is short (256 bytes, the
- * aligned ring's second generator), v11 once a longer one is seen. Run the
- * first short data packet alone, then the packets before it (1024-byte
- * payloads under v16, which raises the hint), then the rest (v11), and
- * compare: byte-identical across the switch. */
+ * aligned ring's second generator), v11 once a longer one is seen: the
+ * packets before the first short one (1024-byte payloads) run under v16,
+ * which raises the hint, the rest under v11. Byte-identical across the
+ * switch. */
 static void test_auto_small(void **state)
 {
 	(void)state;
-	struct ringref *R = &F.aligned;
-	const size_t ss = R->ring.slot_size;
-	uint32_t ib = 0;
 	char was[16];
-	while (ib < R->n && !(R->cpu_desc[ib].status == PDMA_DFR_ST_DATA && R->cpu_desc[ib].stream_id >= 0x2000))
-		ib++;
-	assert_true(ib > 0 && ib + 1 < R->n);
 	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
-	assert_int_equal(F.ops.set_kernel(F.g, "auto"), 0);
-	begin(PDMA_GPU_LAUNCH_STREAM);
-	uint8_t *d = (uint8_t *)R->dev;
-	assert_int_equal(F.ops.run(F.g, d + ib * ss, (uint32_t)ss, 1, F.gpu_desc + ib), 0);
-	assert_int_equal(F.ops.run(F.g, d, (uint32_t)ss, ib, F.gpu_desc), 0);
-	assert_int_equal(F.ops.run(F.g, d + (ib + 1) * ss, (uint32_t)ss, R->n - ib - 1, F.gpu_desc + ib + 1), 0);
-	compare(R, "auto, v16 on a short payload, then v11");
+	run_short_first(&F.aligned, "auto");
+	compare(&F.aligned, "auto, v16 on a short payload, then v11");
 	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
 }
 
