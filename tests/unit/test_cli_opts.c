@@ -49,7 +49,7 @@ struct cmdspec {
 static const char *const paths[] = { "cpu", "direct", "host-staged", "zero-copy", "nic", NULL };
 static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
 static const char *const bufsizes[] = { "2048", "4096", NULL };
-static const char *const rxs[] = { "recvmmsg", "io_uring", NULL };
+static const char *const rxs[] = { "recvmmsg", "io_uring", "gro", NULL };
 static const char *const benches[] = { "reg", "dma", "all", NULL };
 static const char *const zfmts[] = { "ci16", "cf32", NULL };
 static const char *const zpols[] = { "drop-oldest", "backpressure", NULL };

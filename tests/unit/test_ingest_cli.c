@@ -73,6 +73,8 @@ static void test_usage_errors(void **state)
 	assert_int_equal(sh("grep -q 'invalid value .aio. for --rx' %s/e", dir), 0);
 	assert_int_equal(sh("%s ingest --rx io_uring --path direct 2>%s/e", tool, dir), 2);
 	assert_int_equal(sh("grep -q 'not with --path direct' %s/e", dir), 0);
+	assert_int_equal(sh("%s ingest --rx gro --path direct 2>%s/e", tool, dir), 2);
+	assert_int_equal(sh("grep -q -- '--rx gro needs a host ring' %s/e", dir), 0);
 	assert_int_equal(sh("%s ingest -p 0 -j /nonexistent/dir/x.json -d 0.05 -q 2>%s/e", tool, dir), 1);
 	assert_int_equal(sh("grep -q 'cannot write /nonexistent' %s/e", dir), 0);
 }
@@ -295,6 +297,14 @@ static void test_gen_to_ingest_io_uring(void **state)
 	gen_to_ingest("io_uring");
 }
 
+/* --rx gro: the same exact accounting when the buffers are split (here on
+ * loopback each buffer holds one datagram: gen sends one per skb). */
+static void test_gen_to_ingest_gro(void **state)
+{
+	(void)state;
+	gen_to_ingest("gro");
+}
+
 /* --threads N: with the same seed each stream sends and injects exactly the
  * same as with one thread (and as the pcap writer, pdma_gen_next's order). */
 static void test_gen_threads_same_injection(void **state)
@@ -339,6 +349,7 @@ int main(void)
 		cmocka_unit_test(test_pcap_snaplen),
 		cmocka_unit_test(test_gen_to_ingest),
 		cmocka_unit_test(test_gen_to_ingest_io_uring),
+		cmocka_unit_test(test_gen_to_ingest_gro),
 		cmocka_unit_test(test_gen_threads_same_injection),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
