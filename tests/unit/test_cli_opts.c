@@ -70,6 +70,7 @@ static const struct optspec gen_opts[] = {
 	{ "src-ip", 0, IPV4, NULL },       { "src-port", 0, UINT, NULL },
 	{ "malformed", 0, UINT, NULL },    { "nic", 0, STR, NULL },
 	{ "kernel-device", 0, STR, NULL }, { "cuda-device", 0, UINT, NULL },
+	{ "gso", 0, FLAG, NULL },
 	{ NULL, 0, FLAG, NULL },
 };
 
