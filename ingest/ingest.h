@@ -85,6 +85,7 @@ struct pdma_ingest_totals {
 	double ring_fill;         /* worst ring fill now, 0..1 */
 	double rx_cpu_s;          /* receive threads' CPU time, summed (after stop; 0 before) */
 	double rx_sys_s;          /* ... of which in the kernel (system time) */
+	uint64_t gro_buffers;     /* rx_io gro: receive buffers the datagrams came in */
 };
 
 /* The session object is the public one (include/peerdma/ingest.h: start,

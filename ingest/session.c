@@ -487,6 +487,7 @@ void pdma_ingest_totals(struct pdma_ingest *ing, struct pdma_ingest_totals *t)
 		t->ring_overruns += atomic_load_explicit(&x->ring.overruns, memory_order_relaxed);
 		t->rx_cpu_s += x->cpu_s;
 		t->rx_sys_s += x->sys_s;
+		t->gro_buffers += atomic_load_explicit(&x->st.buffers, memory_order_relaxed);
 		uint64_t h = atomic_load_explicit(&x->ring.head, memory_order_relaxed);
 		uint64_t tl = atomic_load_explicit(&x->ring.tail, memory_order_relaxed);
 		double fill = h > tl ? (double)(h - tl) / x->ring.nslots : 0;
@@ -573,6 +574,8 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 	json_object_set_new(o, "truncated", json_integer((json_int_t)t.truncated));
 	json_object_set_new(o, "rx_cpu_seconds", json_real(t.rx_cpu_s));
 	json_object_set_new(o, "rx_sys_seconds", json_real(t.rx_sys_s));
+	if (ing->c.rx_io == PDMA_RX_IO_GRO)
+		json_object_set_new(o, "gro_buffers", json_integer((json_int_t)t.gro_buffers));
 	json_object_set_new(o, "rings_registered", json_boolean(ing->rx[0].ring.mr != NULL));
 	json_object_set_new(o, "malformed_unattributed",
 			    json_integer((json_int_t)ing->dfr.acct.malformed_unattributed));

@@ -182,6 +182,7 @@ int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bo
 			atomic_fetch_add_explicit(&r->overruns, n.overruns, memory_order_relaxed);
 		if (n.truncated)
 			atomic_fetch_add_explicit(&st->truncated, n.truncated, memory_order_relaxed);
+		atomic_fetch_add_explicit(&st->buffers, (uint64_t)got, memory_order_relaxed);
 		atomic_fetch_add_explicit(&st->datagrams, n.datagrams, memory_order_relaxed);
 		atomic_fetch_add_explicit(&st->bytes, n.bytes, memory_order_relaxed);
 		/* Publish: the slots' contents happen-before the consumer's acquire. */

@@ -29,6 +29,7 @@ struct pdma_sim;
 struct pdma_rx_stats {
 	atomic_uint_fast64_t datagrams, bytes, truncated;
 	atomic_uint_fast64_t socket_drops; /* the kernel's count for the socket so far */
+	atomic_uint_fast64_t buffers;      /* gro.c: receive buffers (coalesced or not) */
 };
 
 /* ---- socket.c ---- */
