@@ -46,8 +46,8 @@ struct vethns {
 };
 static struct vethns *g_cleanup; /* for atexit and signals */
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
+static int shell(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int shell(const char *fmt, ...)
 {
 	char cmd[512];
 	va_list ap;
@@ -69,7 +69,7 @@ static void veth_delete(struct vethns *v)
 	v->rx_fd = v->tx_fd = -1;
 	/* Deleting a namespace deletes the veth end in it, and with it the
 	 * pair; the link delete covers a namespace still held elsewhere. */
-	sh("ip -n %s link del %s 2>/dev/null; ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null",
+	shell("ip -n %s link del %s 2>/dev/null; ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null",
 	   v->rx_ns, v->rx_dev, v->rx_ns, v->tx_ns);
 	v->created = false;
 }
@@ -212,7 +212,7 @@ static int veth_create(struct vethns *v, char *msg, size_t msglen)
 	snprintf(v->tx_dev, sizeof(v->tx_dev), "pdgt%d", pid);
 	v->created = true; /* from here on, delete whatever exists */
 	g_cleanup = v;
-	if (sh("ip netns add %s && ip netns add %s && "
+	if (shell("ip netns add %s && ip netns add %s && "
 	       "ip link add %s mtu 9000 netns %s type veth peer name %s mtu 9000 netns %s && "
 	       "ip -n %s addr add 10.213.0.1/24 dev %s && ip -n %s link set lo up && ip -n %s link set %s up && "
 	       "ip -n %s addr add 10.213.0.2/24 dev %s && ip -n %s link set lo up && ip -n %s link set %s up",
@@ -265,7 +265,7 @@ struct g_mode {
  * napi_defer_hard_irqs. */
 static int veth_flush_timeout(const struct vethns *v, uint32_t ns)
 {
-	return sh("ip netns exec %s sh -c 'echo %u > /sys/class/net/%s/gro_flush_timeout'", v->rx_ns, ns,
+	return shell("ip netns exec %s sh -c 'echo %u > /sys/class/net/%s/gro_flush_timeout'", v->rx_ns, ns,
 		  v->rx_dev);
 }
 
@@ -308,7 +308,7 @@ void part_g(struct ctx *x)
 	       "softirq and busy time\n", streams, senders);
 	if (geteuid() != 0)
 		snprintf(why, sizeof(why), "not root (network namespaces and veth need CAP_NET_ADMIN)");
-	else if (sh("command -v ip >/dev/null 2>&1") != 0)
+	else if (shell("command -v ip >/dev/null 2>&1") != 0)
 		snprintf(why, sizeof(why), "ip(8) (iproute2) not installed");
 	if (!why[0]) {
 		atexit(cleanup_atexit);
