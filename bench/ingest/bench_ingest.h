@@ -58,6 +58,11 @@ struct row_fig {
 	double rx_util;              /* the receive threads' CPU time over the run's time */
 	double per_buf;              /* gro: datagrams per receive buffer (the coalescing) */
 	bool sender_limited, failed;
+	/* what stopped the search: "sender" (no loss at the senders' most),
+	 * "socket" (the lowest lossy run lost mostly socket drops: the receive
+	 * thread fell behind), "ring" (mostly ring overruns: the deframer
+	 * did), "failed", or "" */
+	const char *limit;
 };
 void c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_rx_io io, uint32_t threads,
 	   uint32_t streams, uint32_t senders, const struct pdma_loopback_opts *lo, json_t *arr, json_t *extra,

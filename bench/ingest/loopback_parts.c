@@ -50,6 +50,7 @@ struct run_fig {
 	double softirq_ns, busy_ns; /* all CPUs: softirq; everything busy */
 	double rx_util;             /* receive threads' CPU time over the run's time */
 	double per_buf;             /* gro: datagrams per receive buffer */
+	uint64_t drops, overruns;   /* socket drops, ring overruns */
 };
 
 static int c_run(struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
@@ -81,6 +82,8 @@ static int c_run(struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
 	r->softirq_ns = (si1 - si0) * 1e9 / n;
 	r->busy_ns = (bu1 - bu0) * 1e9 / n;
 	r->rx_util = res.seconds > 0 ? res.totals.rx_cpu_s / res.seconds : 0;
+	r->drops = res.totals.socket_drops;
+	r->overruns = res.totals.ring_overruns;
 	r->per_buf = res.totals.gro_buffers ? (double)res.totals.datagrams / (double)res.totals.gro_buffers : 0;
 	json_t *j = json_object();
 	json_object_set_new(j, "offered_pps", json_real(rate));
@@ -111,7 +114,8 @@ void c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_r
 	   uint32_t streams, uint32_t senders, const struct pdma_loopback_opts *lo, json_t *arr, json_t *extra,
 	   struct row_fig *f)
 {
-	struct run_fig best = { 0 };
+	struct run_fig best = { 0 }, loss = { 0 };
+	double loss_rate = 0;
 	const char *ioname = pdma_rx_io_name(io);
 	struct pdma_gen_config g;
 	struct pdma_ingest_config ic;
@@ -156,6 +160,10 @@ void c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_r
 			}
 		} else {
 			hi = rate;
+			if (loss_rate == 0 || rate < loss_rate) {
+				loss_rate = rate;
+				loss = r;
+			}
 		}
 		if (hi == 0)
 			rate *= 2;
@@ -173,6 +181,10 @@ void c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_r
 	f->busy_ns = best.busy_ns;
 	f->rx_util = best.rx_util;
 	f->per_buf = best.per_buf;
+	/* Who lost first: the socket buffer overflowed (the receive thread was
+	 * behind) or the ring (the deframer was). */
+	f->limit = f->failed ? "failed" : f->sender_limited ? "sender" : !loss_rate ? "" :
+		   loss.drops >= loss.overruns ? "socket" : "ring";
 	json_t *o = extra ? extra : json_object();
 	json_object_set_new(o, "path", json_string(pname));
 	json_object_set_new(o, "rx_io", json_string(ioname));
@@ -190,6 +202,7 @@ void c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_r
 	if (io == PDMA_RX_IO_GRO)
 		json_object_set_new(o, "datagrams_per_gro_buffer", json_real(f->per_buf));
 	json_object_set_new(o, "failed", json_boolean(f->failed));
+	json_object_set_new(o, "first_loss", json_string(f->limit));
 	json_object_set_new(o, "runs", runs);
 	json_array_append_new(arr, o);
 }

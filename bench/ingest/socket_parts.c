@@ -276,8 +276,7 @@ static void g_print(const char *label, enum pdma_rx_io io, const struct row_fig 
 		snprintf(buf, sizeof(buf), "%.1f", f->per_buf);
 	printf("%-24s %9s %9.3f %7.2f %9.0f %8.0f %9.0f %9.0f %6.0f%% %8.2f %7s %s\n", label, pdma_rx_io_name(io),
 	       f->pps / 1e6, f->pps * 1500 * 8 / 1e9, f->rx_cpu_ns, f->rx_sys_ns, f->softirq_ns, f->busy_ns,
-	       f->rx_util * 100, f->rx_cpu_ns > 0 ? 1e3 / f->rx_cpu_ns : 0.0, buf,
-	       f->failed ? "(failed)" : f->sender_limited ? "(sender-limited)" : "");
+	       f->rx_util * 100, f->rx_cpu_ns > 0 ? 1e3 / f->rx_cpu_ns : 0.0, buf, f->limit);
 }
 
 void part_g(struct ctx *x)
@@ -324,8 +323,8 @@ void part_g(struct ctx *x)
 		if (!veth_ok)
 			veth_delete(&v);
 	}
-	printf("%-24s %9s %9s %7s %9s %8s %9s %9s %7s %8s %7s\n", "sender", "rx", "0-loss", "Gb/s", "rx ns/dg",
-	       "(sys)", "softirq", "all CPUs", "rx util", "rx core", "dg/buf");
+	printf("%-24s %9s %9s %7s %9s %8s %9s %9s %7s %8s %7s %s\n", "sender", "rx", "0-loss", "Gb/s", "rx ns/dg",
+	       "(sys)", "softirq", "all CPUs", "rx util", "rx core", "dg/buf", "limit");
 	printf("%-24s %9s %9s %7s %9s %8s %9s %9s %7s %8s %7s\n", "", "", "Mpps", "", "", "", "ns/dg", "ns/dg", "",
 	       "Mpps*", "");
 	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
@@ -361,6 +360,8 @@ void part_g(struct ctx *x)
 			g_print(md->label, ios[k], &f);
 		}
 	}
+	printf("  limit: what lost first above the best rate: socket (drops: the receive thread behind),\n"
+	       "  ring (overruns: the deframer behind), sender (no loss at the senders' most).\n");
 	printf("  rx core Mpps*: 1 / (rx ns/dg), the rate the receive thread's CPU time per datagram at the\n"
 	       "  best zero-loss rate allows on one core; an extrapolation (the cost per datagram falls as\n"
 	       "  batches fill), not a measured rate. softirq and all-CPU figures are system-wide, tick-\n"
