@@ -147,6 +147,7 @@ int main(int argc, char **argv)
 		{ "sizes", required_argument, NULL, 's' },
 		{ "x", required_argument, NULL, 'x' },
 		{ "rx", required_argument, NULL, 'r' },
+		{ "senders", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -154,7 +155,7 @@ int main(int argc, char **argv)
 	const char *json_path = NULL, *parts = "abcdef";
 	int opt;
 
-	while ((opt = getopt_long(argc, argv, "qj:p:i:s:x:r:h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "qj:p:i:s:x:r:S:h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'q': x.quick = true; break;
 		case 'j': json_path = optarg; break;
@@ -171,11 +172,20 @@ int main(int argc, char **argv)
 		}
 		case 'x': x.xlist = optarg; break;
 		case 'r': x.rxlist = optarg; break;
+		case 'S':
+			x.senders = (uint32_t)atoi(optarg);
+			if (x.senders < 1 || x.senders > 16) {
+				fprintf(stderr, "bench_ingest: --senders wants 1..16\n");
+				return 2;
+			}
+			break;
 		case 'h':
 			printf("usage: bench_ingest [--quick] [--parts abcdefgx] [--json FILE] [--iters N]\n"
 			       "                    [--sizes 1024,1500,...] [--x d2d,copy,simple,skel1,skel4,v7s,v11,auto,hdr,cpass,touch,touchp]\n"
 			       "                    [--rx recvmmsg,io_uring,gro]   (receive I/O of parts c (not gro) and g;\n"
-			       "                                                 default all)\n");
+			       "                                                 default all)\n"
+			       "                    [--senders N]   (gen's sender threads in part g, 1..16;\n"
+			       "                                     default half the cores, at most 8)\n");
 			return 0;
 		default:
 			return 2;

@@ -21,6 +21,7 @@ struct ctx {
 	uint32_t sizes[8];  /* --sizes: packet sizes for (a) and (x) (0-terminated; empty: default) */
 	const char *xlist;  /* --x: items of (x) */
 	const char *rxlist; /* --rx: receive I/O of (c) (default both) */
+	uint32_t senders;   /* --senders: gen's sender threads in (g) (0: half the cores, 1..16) */
 	struct pdma_gpu_ops ops;        /* the deframer (the benchmarks' module) */
 	struct pdma_gpu_bench_ops bops; /* its measurements */
 	void *dl;

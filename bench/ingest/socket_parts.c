@@ -291,10 +291,14 @@ void part_g(struct ctx *x)
 		{ "veth 1-at-a-time, GRO+t", false, true, 1, 50000 },
 	};
 	static const enum pdma_rx_io ios[] = { PDMA_RX_IO_RECVMMSG, PDMA_RX_IO_URING, PDMA_RX_IO_GRO };
-	const uint32_t streams = 8;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	/* As (c): enough senders to outrun one receiver, half the cores. */
-	uint32_t senders = ncpu > 3 ? (uint32_t)(ncpu / 2) : 1;
+	/* As (c): enough senders to outrun one receiver, half the cores (at
+	 * most 8), or --senders; a stream per sender at least (one sender
+	 * thread per stream at most), 8 at least. */
+	uint32_t senders = x->senders ? x->senders : ncpu > 3 ? (uint32_t)(ncpu / 2) : 1;
+	if (!x->senders && senders > 8)
+		senders = 8;
+	const uint32_t streams = senders > 8 ? senders : 8;
 	json_t *arr = json_array(), *g = json_object();
 	struct vethns v = { .rx_fd = -1, .tx_fd = -1 };
 	char why[256] = "", feat[256] = "";
