@@ -8,12 +8,17 @@
  * share) once per coalesced buffer instead of once per datagram; what stays
  * per datagram is the copy.
  *
- * Buffers land in a bounce area (one 64 KiB buffer per batch entry: a GRO
- * buffer is at most 64 KiB) and each datagram is copied into its own ring
- * slot (pdma_rx_gro_split): the ring's one-datagram-per-slot format does not
- * change, and neither does the consumer. The copy is the price of not knowing
- * gso_size before the data lands; it is one memcpy of a datagram that is hot
- * in cache.
+ * Two modes. Batches (the start, and whenever nothing coalesces): recvmmsg
+ * of up to batch buffers into bounce buffers (64 KiB each: a GRO buffer is at
+ * most that), each datagram copied into its own ring slot
+ * (pdma_rx_gro_split); the copy is the price of not knowing gso_size before
+ * the data lands. Direct (once a coalesced buffer has told gso_size): one
+ * recvmsg per buffer with one iovec of gso_size bytes per free slot, so
+ * equal-size datagrams land in their slots with no copy of ours; a buffer of
+ * another size is gathered and split (and teaches the new size), and 64
+ * single-datagram buffers in a row go back to batches, which take those with
+ * fewer system calls. Either way the ring's one-datagram-per-slot format
+ * does not change, and neither does the consumer.
  *
  * Accounting stays exact per datagram: each one is counted (datagrams,
  * bytes, truncated) as the recvmmsg path counts it; a full ring drops, and
@@ -114,15 +119,135 @@ static void cmsgs(struct msghdr *m, uint32_t *gso, uint32_t *ovfl)
 }
 
 #define CTL_BYTES (CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint32_t)))
+/* Direct receive: iovecs for the datagrams of one buffer at most (a 64 KiB
+ * buffer of seg-byte datagrams), and one for the overflow (UIO_MAXIOV). */
+#define DIRECT_IOV 1024u
+/* Back to batches after this many buffers in a row held one datagram. */
+#define DIRECT_SINGLES 64u
+
+struct gro_rx {
+	int fd;
+	struct pdma_ring *r;
+	uint32_t batch, cap, seq;
+	uint32_t seg;     /* direct mode: the datagram size the slots' iovecs take; 0: batches */
+	uint32_t singles; /* direct mode: buffers in a row with one datagram */
+	uint8_t *bounce;  /* max(batch, 2) buffers of GRO_BUF */
+	size_t bounce_bytes;
+	struct mmsghdr msg[PDMA_RX_MAX_BATCH];
+	struct iovec iov[PDMA_RX_MAX_BATCH];
+	struct iovec div[DIRECT_IOV];
+	char (*ctl)[CTL_BYTES];
+};
+
+/* Batches: up to batch buffers into bounce buffers, each split into slots
+ * (a copy per datagram). Learns the datagram size of coalesced buffers
+ * for direct mode. Returns recvmmsg's count, or -1 with errno. */
+static int recv_batch(struct gro_rx *g, uint64_t *head, struct pdma_rx_gro_counts *n, uint32_t *ovfl)
+{
+	for (uint32_t i = 0; i < g->batch; i++) {
+		memset(&g->msg[i].msg_hdr, 0, sizeof(g->msg[i].msg_hdr));
+		g->iov[i].iov_base = g->bounce + (size_t)i * GRO_BUF;
+		g->iov[i].iov_len = GRO_BUF;
+		g->msg[i].msg_hdr.msg_iov = &g->iov[i];
+		g->msg[i].msg_hdr.msg_iovlen = 1;
+		g->msg[i].msg_hdr.msg_control = g->ctl[i];
+		g->msg[i].msg_hdr.msg_controllen = sizeof(g->ctl[i]);
+	}
+	int got = recvmmsg(g->fd, g->msg, g->batch, MSG_WAITFORONE, NULL);
+	if (got <= 0)
+		return got < 0 ? -1 : 0;
+	for (int i = 0; i < got; i++) {
+		uint32_t gso;
+		cmsgs(&g->msg[i].msg_hdr, &gso, ovfl);
+		pdma_rx_gro_split(g->r, head, g->iov[i].iov_base, g->msg[i].msg_len, gso,
+				  g->msg[i].msg_hdr.msg_flags & MSG_TRUNC, &g->seq, n);
+		/* Coalescing seen, of datagrams a slot holds: the next buffers
+		 * go straight into slots. */
+		if (gso && gso < g->msg[i].msg_len && gso <= g->cap)
+			g->seg = gso;
+	}
+	return got;
+}
+
+/* Direct: one buffer, its datagrams received straight into the next free
+ * slots, one iovec of seg bytes per slot, so a buffer of seg-byte datagrams
+ * (the last may be shorter) needs no copy; what the slots cannot take (the
+ * ring is full, or more datagrams than iovecs) lands in an overflow buffer
+ * and is split from there. A buffer of another size was spread over the
+ * slots at seg-byte steps: it is gathered into a bounce buffer and split
+ * from there (and seg learns its size). Returns 1, 0 or -1 with errno. */
+static int recv_direct(struct gro_rx *g, uint64_t *head, struct pdma_rx_gro_counts *n, uint32_t *ovfl)
+{
+	struct pdma_ring *r = g->r;
+	uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+	uint32_t space = r->nslots - (uint32_t)(*head - tail);
+	uint32_t k = GRO_BUF / g->seg + 1, gso;
+	uint8_t *over = g->bounce, *lin = g->bounce + GRO_BUF;
+	struct msghdr mh = { 0 };
+
+	if (k > space)
+		k = space;
+	if (k > DIRECT_IOV - 1)
+		k = DIRECT_IOV - 1;
+	for (uint32_t i = 0; i < k; i++) {
+		g->div[i].iov_base = pdma_ring_slot(r, *head + i) + PDMA_SLOT_HDR;
+		g->div[i].iov_len = g->seg;
+	}
+	g->div[k].iov_base = over;
+	g->div[k].iov_len = GRO_BUF;
+	mh.msg_iov = g->div;
+	mh.msg_iovlen = k + 1;
+	mh.msg_control = g->ctl[0];
+	mh.msg_controllen = sizeof(g->ctl[0]);
+	ssize_t got = recvmsg(g->fd, &mh, 0);
+	if (got < 0)
+		return -1;
+	uint32_t len = (uint32_t)got;
+	bool trunc = mh.msg_flags & MSG_TRUNC;
+	if (len > GRO_BUF) { /* more than a UDP buffer holds: cannot happen, but lin is this big */
+		len = GRO_BUF;
+		trunc = true;
+	}
+	cmsgs(&mh, &gso, ovfl);
+	if (gso == g->seg || (!gso && len <= g->seg)) {
+		/* In place: datagram d is in slot d while d < k. */
+		uint32_t nd = gso && len ? (len + gso - 1) / gso : 1, in = nd < k ? nd : k;
+		for (uint32_t d = 0; d < in; d++) {
+			uint32_t dl = len - d * g->seg < g->seg ? len - d * g->seg : g->seg;
+			bool t = trunc && d + 1 == nd;
+			pdma_slot_finish(pdma_ring_slot(r, *head), dl, t, g->seq++);
+			n->datagrams++;
+			n->bytes += dl;
+			n->truncated += t;
+			(*head)++;
+		}
+		if (nd > k) /* the rest, in the overflow buffer */
+			pdma_rx_gro_split(r, head, over, len - k * g->seg, gso, trunc, &g->seq, n);
+	} else {
+		/* Laid out at the wrong steps: gather, then split. */
+		uint32_t off = 0;
+		for (uint32_t i = 0; i <= k && off < len; i++) {
+			uint32_t c = len - off < g->div[i].iov_len ? len - off : (uint32_t)g->div[i].iov_len;
+			memcpy(lin + off, g->div[i].iov_base, c);
+			off += c;
+		}
+		pdma_rx_gro_split(r, head, lin, len, gso, trunc, &g->seq, n);
+		if (gso && gso < len)
+			g->seg = gso <= g->cap ? gso : 0;
+	}
+	/* Nothing coalesces any more: batches take single datagrams with
+	 * fewer system calls. */
+	if (gso && gso < len)
+		g->singles = 0;
+	else if (++g->singles >= DIRECT_SINGLES)
+		g->seg = g->singles = 0;
+	return 1;
+}
 
 int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bool *stop,
 		    struct pdma_rx_stats *st)
 {
-	struct mmsghdr msg[PDMA_RX_MAX_BATCH];
-	struct iovec iov[PDMA_RX_MAX_BATCH];
-	char (*ctl)[CTL_BYTES];
-	uint8_t *bounce;
-	uint32_t seq = 0;
+	struct gro_rx *g;
 	int ret;
 
 	if (!batch || batch > PDMA_RX_MAX_BATCH)
@@ -132,29 +257,28 @@ int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bo
 	ret = pdma_rx_gro_enable(fd);
 	if (ret)
 		return ret;
-	/* mmap: pages are touched only as far as buffers fill (one datagram
-	 * per message where nothing coalesces). */
-	bounce = mmap(NULL, (size_t)batch * GRO_BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	ctl = calloc(batch, sizeof(*ctl));
-	if (bounce == MAP_FAILED || !ctl) {
-		if (bounce != MAP_FAILED)
-			munmap(bounce, (size_t)batch * GRO_BUF);
-		free(ctl);
+	g = calloc(1, sizeof(*g));
+	if (!g)
 		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < batch; i++) {
-		iov[i].iov_base = bounce + (size_t)i * GRO_BUF;
-		iov[i].iov_len = GRO_BUF;
+	g->fd = fd;
+	g->r = r;
+	g->batch = batch;
+	g->cap = r->slot_size - PDMA_SLOT_HDR;
+	/* mmap: pages are touched only as far as buffers fill (one datagram
+	 * per message where nothing coalesces). Two at least: direct mode's
+	 * overflow and its gather buffer. */
+	g->bounce_bytes = (size_t)(batch > 2 ? batch : 2) * GRO_BUF;
+	g->bounce = mmap(NULL, g->bounce_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	g->ctl = calloc(batch, sizeof(*g->ctl));
+	if (g->bounce == MAP_FAILED || !g->ctl) {
+		ret = -ENOMEM;
+		goto out;
 	}
 	for (;;) {
-		for (uint32_t i = 0; i < batch; i++) {
-			memset(&msg[i].msg_hdr, 0, sizeof(msg[i].msg_hdr));
-			msg[i].msg_hdr.msg_iov = &iov[i];
-			msg[i].msg_hdr.msg_iovlen = 1;
-			msg[i].msg_hdr.msg_control = ctl[i];
-			msg[i].msg_hdr.msg_controllen = sizeof(ctl[i]);
-		}
-		int got = recvmmsg(fd, msg, batch, MSG_WAITFORONE, NULL);
+		uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+		struct pdma_rx_gro_counts n = { 0 };
+		uint32_t ovfl = 0;
+		int got = g->seg ? recv_direct(g, &head, &n, &ovfl) : recv_batch(g, &head, &n, &ovfl);
 		if (got <= 0) {
 			if (got == 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
 				if (atomic_load(stop)) {
@@ -166,15 +290,6 @@ int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bo
 			}
 			ret = -errno;
 			break;
-		}
-		uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-		struct pdma_rx_gro_counts n = { 0 };
-		uint32_t ovfl = 0;
-		for (int i = 0; i < got; i++) {
-			uint32_t gso;
-			cmsgs(&msg[i].msg_hdr, &gso, &ovfl);
-			pdma_rx_gro_split(r, &head, iov[i].iov_base, msg[i].msg_len, gso,
-					  msg[i].msg_hdr.msg_flags & MSG_TRUNC, &seq, &n);
 		}
 		if (ovfl)
 			atomic_store_explicit(&st->socket_drops, ovfl, memory_order_relaxed);
@@ -188,7 +303,10 @@ int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bo
 		/* Publish: the slots' contents happen-before the consumer's acquire. */
 		atomic_store_explicit(&r->head, head, memory_order_release);
 	}
-	munmap(bounce, (size_t)batch * GRO_BUF);
-	free(ctl);
+out:
+	if (g->bounce != MAP_FAILED && g->bounce)
+		munmap(g->bounce, g->bounce_bytes);
+	free(g->ctl);
+	free(g);
 	return ret;
 }

@@ -55,8 +55,10 @@ int pdma_rx_recvmmsg_run(int fd, struct pdma_ring *r, uint32_t batch, struct pdm
 			 const atomic_bool *stop, struct pdma_rx_stats *st);
 
 /* ---- gro.c ----
- * UDP GRO receive (UDP_GRO): recvmmsg batches of coalesced buffers, each
- * split into one ring slot per datagram. Same stop rule and counters as
+ * UDP GRO receive (UDP_GRO): coalesced buffers, each split into one ring
+ * slot per datagram (recvmmsg batches through bounce buffers, or, once the
+ * datagram size is known, recvmsg straight into the slots). Same stop rule
+ * and counters as
  * pdma_rx_recvmmsg_run; a full ring counts one overrun per datagram it
  * drops. -EOPNOTSUPP where the kernel lacks UDP_GRO (before Linux 5.0). */
 int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bool *stop,

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -161,7 +162,10 @@ struct rx {
 	struct pdma_ring ring;
 	struct pdma_rx_stats st;
 	atomic_bool stop;
-	int fd, ret;
+	int fd, tx, ret;
+	pthread_t th;
+	uint32_t total; /* datagrams sent */
+	uint32_t *lens; /* their lengths, in order */
 };
 
 static void *rx_main(void *arg)
@@ -171,6 +175,103 @@ static void *rx_main(void *arg)
 	return NULL;
 }
 
+/* A ring of nslots slots of slot bytes, a GRO socket and a sender connected
+ * to it, the receive thread started; skips where UDP GSO/GRO is missing. */
+static void rx_start(struct rx *x, uint32_t nslots, uint32_t slot)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET };
+	socklen_t al = sizeof(to);
+	int sz = 8 << 20, seg = 1000;
+
+	memset(x, 0, sizeof(*x));
+	assert_int_equal(pdma_ring_init(&x->ring, nslots, slot), 0);
+	x->lens = calloc(4096, sizeof(*x->lens));
+	assert_non_null(x->lens);
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	x->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	x->tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_true(x->fd >= 0 && x->tx >= 0);
+	if (setsockopt(x->fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) < 0)
+		setsockopt(x->fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	struct timeval tv = { 0, 20000 };
+	setsockopt(x->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	assert_int_equal(bind(x->fd, (struct sockaddr *)&to, sizeof(to)), 0);
+	assert_int_equal(getsockname(x->fd, (struct sockaddr *)&to, &al), 0);
+	assert_int_equal(connect(x->tx, (struct sockaddr *)&to, sizeof(to)), 0);
+	if (setsockopt(x->tx, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg)) < 0 || pdma_rx_gro_enable(x->fd)) {
+		printf("skipped: UDP GSO/GRO unavailable here\n");
+		close(x->tx);
+		close(x->fd);
+		pdma_ring_fini(&x->ring);
+		free(x->lens);
+		skip();
+	}
+	assert_int_equal(pthread_create(&x->th, NULL, rx_main, x), 0);
+}
+
+/* One send: n datagrams of seg bytes, the last of last bytes, as one GSO
+ * buffer of segment size seg (n 1: a plain datagram). */
+static void send_buf(struct rx *x, uint32_t n, uint32_t seg, uint32_t last)
+{
+	static uint8_t buf[65536];
+	char ctl[CMSG_SPACE(sizeof(uint16_t))] = { 0 };
+	struct iovec iov = { buf, 0 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	for (uint32_t d = 0; d < n; d++) {
+		uint32_t l = d + 1 == n ? last : seg;
+		for (uint32_t i = 0; i < l; i++)
+			buf[iov.iov_len + i] = pat(x->total, i);
+		iov.iov_len += l;
+		x->lens[x->total++] = l;
+	}
+	if (n > 1) {
+		uint16_t gs = (uint16_t)seg;
+		mh.msg_control = ctl;
+		mh.msg_controllen = sizeof(ctl);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_UDP;
+		c->cmsg_type = UDP_SEGMENT;
+		c->cmsg_len = CMSG_LEN(sizeof(gs));
+		memcpy(CMSG_DATA(c), &gs, sizeof(gs));
+	} else {
+		/* The socket's UDP_SEGMENT would apply: off for one datagram. */
+		int zero = 0;
+		setsockopt(x->tx, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero));
+	}
+	assert_int_equal(sendmsg(x->tx, &mh, 0), (ssize_t)iov.iov_len);
+}
+
+/* Until the receive thread has accounted want datagrams (received and
+ * dropped for a full ring), at most 2 s. */
+static void wait_for(struct rx *x, uint64_t want)
+{
+	for (int k = 0; k < 200; k++) {
+		if (atomic_load(&x->st.datagrams) + atomic_load(&x->ring.overruns) >= want)
+			return;
+		struct timespec ts = { 0, 10000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void rx_stop(struct rx *x)
+{
+	atomic_store(&x->stop, true);
+	pthread_join(x->th, NULL);
+	assert_int_equal(x->ret, 0);
+	close(x->tx);
+	close(x->fd);
+	pdma_ring_fini(&x->ring);
+	free(x->lens);
+}
+
+/* Slots [0, n) hold datagrams [0, n) as sent, rx_seq 0.. without gaps. */
+static void check_all(struct rx *x, uint32_t n)
+{
+	for (uint32_t d = 0; d < n; d++)
+		check_slot(&x->ring, d, d, x->lens[d], x->lens[d] >= 4 ? PDMA_SLOT_TAIL : 0, d);
+}
+
 /* Over loopback: a GSO sender's buffers of 40 datagrams (the last buffer
  * ending short) come out one slot per datagram, byte for byte; the slot
  * sequence shows no gap, and the counters add up. */
@@ -178,63 +279,68 @@ static void test_gro_run_loopback(void **state)
 {
 	(void)state;
 	struct rx x;
-	struct sockaddr_in to = { .sin_family = AF_INET };
-	socklen_t al = sizeof(to);
-	pthread_t th;
-	enum { SEG = 1000, NBUF = 20, PER = 40 };
-	static uint8_t buf[SEG * PER];
+	uint64_t bytes = 0;
 
-	memset(&x, 0, sizeof(x));
-	assert_int_equal(pdma_ring_init(&x.ring, 4096, SEG + PDMA_SLOT_HDR), 0);
-	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	x.fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	int tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), sz = 4 << 20;
-	assert_true(x.fd >= 0 && tx >= 0);
-	setsockopt(x.fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
-	struct timeval tv = { 0, 20000 };
-	setsockopt(x.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	assert_int_equal(bind(x.fd, (struct sockaddr *)&to, sizeof(to)), 0);
-	assert_int_equal(getsockname(x.fd, (struct sockaddr *)&to, &al), 0);
-	assert_int_equal(connect(tx, (struct sockaddr *)&to, sizeof(to)), 0);
-	int seg = SEG;
-	if (setsockopt(tx, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg)) < 0 || pdma_rx_gro_enable(x.fd)) {
-		printf("skipped: UDP GSO/GRO unavailable here\n");
-		close(tx);
-		close(x.fd);
-		pdma_ring_fini(&x.ring);
-		skip();
-	}
-	assert_int_equal(pthread_create(&th, NULL, rx_main, &x), 0);
-	uint32_t total = 0;
-	for (uint32_t b = 0; b < NBUF; b++) {
-		uint32_t n = PER, last = b + 1 == NBUF ? 123 : SEG, off = 0;
-		for (uint32_t d = 0; d < n; d++) {
-			uint32_t l = d + 1 == n ? last : SEG;
-			for (uint32_t i = 0; i < l; i++)
-				buf[off + i] = pat(total + d, i);
-			off += l;
-		}
-		assert_int_equal(send(tx, buf, off, 0), (ssize_t)off);
-		total += n;
-	}
-	/* The consumer: wait for every datagram, then stop. */
-	for (int k = 0; k < 200 && atomic_load(&x.st.datagrams) < total; k++) {
-		struct timespec ts = { 0, 10000000 };
-		nanosleep(&ts, NULL);
-	}
-	atomic_store(&x.stop, true);
-	pthread_join(th, NULL);
-	assert_int_equal(x.ret, 0);
+	rx_start(&x, 4096, 1000 + PDMA_SLOT_HDR);
+	for (uint32_t b = 0; b < 20; b++)
+		send_buf(&x, 40, 1000, b + 1 == 20 ? 123 : 1000);
+	wait_for(&x, x.total);
+	uint32_t total = x.total;
+	for (uint32_t d = 0; d < total; d++)
+		bytes += x.lens[d];
 	assert_int_equal(atomic_load(&x.st.datagrams), total);
-	assert_int_equal(atomic_load(&x.st.bytes), (uint64_t)(total - 1) * SEG + 123);
+	assert_int_equal(atomic_load(&x.st.bytes), bytes);
 	assert_int_equal(atomic_load(&x.st.truncated), 0);
 	assert_int_equal(atomic_load(&x.ring.overruns), 0);
 	assert_int_equal(atomic_load(&x.ring.head), total);
-	for (uint32_t d = 0; d < total; d++)
-		check_slot(&x.ring, d, d, d + 1 == total ? 123 : SEG, PDMA_SLOT_TAIL, d);
-	close(tx);
-	close(x.fd);
-	pdma_ring_fini(&x.ring);
+	check_all(&x, total);
+	rx_stop(&x);
+}
+
+/* Once coalesced buffers have been seen, datagrams go straight into slots
+ * at the learned size; buffers of another size, plain datagrams longer and
+ * shorter than it, and a return to the first size must all come out as
+ * sent. Each send waits for the one before, so each meets the state the
+ * one before left. */
+static void test_gro_run_sizes(void **state)
+{
+	(void)state;
+	struct rx x;
+	static const uint32_t plan[][3] = { /* datagrams, size, last */
+		{ 40, 1000, 1000 }, { 40, 1000, 7 }, { 30, 600, 600 }, { 1, 0, 700 }, { 1, 0, 300 },
+		{ 1, 0, 0 }, { 20, 1000, 999 }, { 64, 1000, 1000 }, { 3, 1000, 1000 },
+	};
+
+	rx_start(&x, 4096, 2048);
+	for (size_t p = 0; p < sizeof(plan) / sizeof(plan[0]); p++) {
+		send_buf(&x, plan[p][0], plan[p][1], plan[p][2]);
+		wait_for(&x, x.total);
+		assert_int_equal(atomic_load(&x.st.datagrams), x.total);
+	}
+	assert_int_equal(atomic_load(&x.ring.overruns), 0);
+	assert_int_equal(atomic_load(&x.st.truncated), 0);
+	check_all(&x, x.total);
+	rx_stop(&x);
+}
+
+/* No consumer, a ring of 64 slots: a first buffer of 40 fills 40 slots, a
+ * second finds 24 free (24 land in place, 16 are overruns), a third finds
+ * none (40 overruns): every datagram is accounted, once. */
+static void test_gro_run_ring_full(void **state)
+{
+	(void)state;
+	struct rx x;
+
+	rx_start(&x, 64, 1000 + PDMA_SLOT_HDR);
+	for (int b = 0; b < 3; b++) {
+		send_buf(&x, 40, 1000, 1000);
+		wait_for(&x, x.total);
+	}
+	assert_int_equal(atomic_load(&x.st.datagrams), 64);
+	assert_int_equal(atomic_load(&x.ring.overruns), 56);
+	assert_int_equal(atomic_load(&x.ring.head), 64);
+	check_all(&x, 64);
+	rx_stop(&x);
 }
 
 int main(void)
@@ -244,6 +350,8 @@ int main(void)
 		cmocka_unit_test(test_split_ring_full),
 		cmocka_unit_test(test_split_truncated),
 		cmocka_unit_test(test_gro_run_loopback),
+		cmocka_unit_test(test_gro_run_sizes),
+		cmocka_unit_test(test_gro_run_ring_full),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
