@@ -141,10 +141,11 @@ static int open_in(const struct pdma_ingest_config *ic, int ns, struct pdma_inge
 	ret = pdma_ingest_open_config(ic, ing, NULL, 0);
 	if (setns(self, CLONE_NEWNET) < 0) {
 		/* Cannot happen with the rights that allowed the first
-		 * setns; this thread must not go on in the wrong one. */
+		 * setns; the caller learns that this thread is not back. */
+		int e = -errno;
 		if (!ret)
 			pdma_ingest_close(*ing);
-		ret = -errno;
+		ret = e;
 	}
 	close(self);
 	return ret;
