@@ -45,10 +45,14 @@ enum pdma_rx_path { PDMA_RX_CPU = 0, PDMA_RX_HOST_STAGED, PDMA_RX_ZERO_COPY, PDM
 /* nic path: which deframer reads the frames (auto: the GPU's where the
  * module loads, else the CPU's). */
 enum pdma_nic_deframer { PDMA_NIC_DFR_AUTO = 0, PDMA_NIC_DFR_CPU, PDMA_NIC_DFR_GPU };
-/* How a receive thread reads its socket: recvmmsg batches (default), or
- * io_uring (multishot recvmsg into the ring's slots as provided buffers;
- * not for the direct path, whose datagrams go through the device). */
-enum pdma_rx_io { PDMA_RX_IO_RECVMMSG = 0, PDMA_RX_IO_URING };
+/* How a receive thread reads its socket: recvmmsg batches (default),
+ * io_uring (multishot recvmsg into the ring's slots as provided buffers), or
+ * gro (UDP GRO: recvmmsg batches of coalesced buffers, split into one slot
+ * per datagram, rx/gro.c). io_uring and gro are not for the direct path,
+ * whose datagrams go through the device. */
+enum pdma_rx_io { PDMA_RX_IO_RECVMMSG = 0, PDMA_RX_IO_URING, PDMA_RX_IO_GRO };
+/* Its name ("recvmmsg", "io_uring", "gro"). */
+const char *pdma_rx_io_name(enum pdma_rx_io io);
 
 struct pdma_ingest_config {
 	uint16_t port;            /* 0: ephemeral (see pdma_ingest_port) */
@@ -80,6 +84,8 @@ struct pdma_ingest_totals {
 	uint64_t truncated;       /* datagrams larger than a slot */
 	double ring_fill;         /* worst ring fill now, 0..1 */
 	double rx_cpu_s;          /* receive threads' CPU time, summed (after stop; 0 before) */
+	double rx_sys_s;          /* ... of which in the kernel (system time) */
+	uint64_t gro_buffers;     /* rx_io gro: receive buffers the datagrams came in */
 };
 
 /* The session object is the public one (include/peerdma/ingest.h: start,

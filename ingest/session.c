@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +35,7 @@ struct rx_thread {
 	double last_batch;            /* GPU paths: when the last batch ran */
 	struct pdma_rx_stats st;
 	double cpu_s;                 /* the thread's CPU time (user + system), at its end */
+	double sys_s;                 /* ... of which system time */
 	int err;
 };
 
@@ -68,6 +70,11 @@ static double now_s(void)
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+const char *pdma_rx_io_name(enum pdma_rx_io io)
+{
+	return io == PDMA_RX_IO_URING ? "io_uring" : io == PDMA_RX_IO_GRO ? "gro" : "recvmmsg";
 }
 
 void pdma_ingest_config_default(struct pdma_ingest_config *c)
@@ -125,7 +132,8 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 	if ((c->path == PDMA_RX_DIRECT && (!c->domain || !c->sim)) ||
 	    (c->path == PDMA_RX_NIC && (!c->domain || c->threads != 1)))
 		return -EINVAL;
-	if (c->rx_io != PDMA_RX_IO_RECVMMSG && (c->rx_io != PDMA_RX_IO_URING || c->path == PDMA_RX_DIRECT))
+	if (c->rx_io != PDMA_RX_IO_RECVMMSG &&
+	    ((c->rx_io != PDMA_RX_IO_URING && c->rx_io != PDMA_RX_IO_GRO) || c->path == PDMA_RX_DIRECT))
 		return -EINVAL;
 	ing = calloc(1, sizeof(*ing));
 	if (!ing)
@@ -185,6 +193,10 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 		}
 		if (!ret && c->rx_io == PDMA_RX_IO_URING)
 			ret = pdma_rx_uring_open(&t->uring, t->fd, &t->ring);
+		/* Here, not only in the receive thread: a kernel without
+		 * UDP_GRO fails the open, as io_uring's absence does. */
+		if (!ret && c->rx_io == PDMA_RX_IO_GRO)
+			ret = pdma_rx_gro_enable(t->fd);
 		if (ret)
 			goto err;
 	}
@@ -260,13 +272,19 @@ static void *rx_main(void *arg)
 		t->err = pdma_rx_nic_run(t->nic, &ing->stop, nic_frames, ing, &t->st);
 	else if (t->uring)
 		t->err = pdma_rx_uring_run(t->uring, &ing->stop, &t->st);
+	else if (ing->c.rx_io == PDMA_RX_IO_GRO)
+		t->err = pdma_rx_gro_run(t->fd, &t->ring, ing->c.batch, &ing->stop, &t->st);
 	else
 		t->err = pdma_rx_recvmmsg_run(t->fd, &t->ring, ing->c.batch, t->dma, &ing->stop, &t->st);
 	/* Receive cost: the socket's kernel work runs in this thread
-	 * (recvmmsg, and io_uring's poll-driven multishot recvmsg). */
+	 * (recvmmsg, and io_uring's poll-driven multishot recvmsg); what runs
+	 * in softirq (the network stack up to the socket queue) does not. */
 	struct timespec cpu;
+	struct rusage ru;
 	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
 		t->cpu_s = (double)cpu.tv_sec + cpu.tv_nsec * 1e-9;
+	if (getrusage(RUSAGE_THREAD, &ru) == 0)
+		t->sys_s = (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
 	atomic_fetch_sub(&ing->rx_live, 1);
 	return NULL;
 }
@@ -468,6 +486,8 @@ void pdma_ingest_totals(struct pdma_ingest *ing, struct pdma_ingest_totals *t)
 		t->socket_drops += atomic_load_explicit(&x->st.socket_drops, memory_order_relaxed);
 		t->ring_overruns += atomic_load_explicit(&x->ring.overruns, memory_order_relaxed);
 		t->rx_cpu_s += x->cpu_s;
+		t->rx_sys_s += x->sys_s;
+		t->gro_buffers += atomic_load_explicit(&x->st.buffers, memory_order_relaxed);
 		uint64_t h = atomic_load_explicit(&x->ring.head, memory_order_relaxed);
 		uint64_t tl = atomic_load_explicit(&x->ring.tail, memory_order_relaxed);
 		double fill = h > tl ? (double)(h - tl) / x->ring.nslots : 0;
@@ -543,7 +563,7 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 	}
 	json_object_set_new(o, "port", json_integer(ing->port));
 	json_object_set_new(o, "threads", json_integer(ing->nrx));
-	json_object_set_new(o, "rx_io", json_string(ing->c.rx_io == PDMA_RX_IO_URING ? "io_uring" : "recvmmsg"));
+	json_object_set_new(o, "rx_io", json_string(pdma_rx_io_name(ing->c.rx_io)));
 	json_object_set_new(o, "seconds", json_real(seconds));
 	json_object_set_new(o, "datagrams", json_integer((json_int_t)t.datagrams));
 	json_object_set_new(o, "bytes", json_integer((json_int_t)t.bytes));
@@ -553,6 +573,9 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 	json_object_set_new(o, "socket_drops", json_integer((json_int_t)t.socket_drops));
 	json_object_set_new(o, "truncated", json_integer((json_int_t)t.truncated));
 	json_object_set_new(o, "rx_cpu_seconds", json_real(t.rx_cpu_s));
+	json_object_set_new(o, "rx_sys_seconds", json_real(t.rx_sys_s));
+	if (ing->c.rx_io == PDMA_RX_IO_GRO)
+		json_object_set_new(o, "gro_buffers", json_integer((json_int_t)t.gro_buffers));
 	json_object_set_new(o, "rings_registered", json_boolean(ing->rx[0].ring.mr != NULL));
 	json_object_set_new(o, "malformed_unattributed",
 			    json_integer((json_int_t)ing->dfr.acct.malformed_unattributed));

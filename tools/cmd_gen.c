@@ -41,6 +41,9 @@ static void usage(FILE *f)
 		"      --dup PM           duplications per mille\n"
 		"      --reorder PM       adjacent swaps per mille\n"
 		"      --seed N           injection seed (default 1)\n"
+		"      --gso              UDP GSO (UDP_SEGMENT): each stream's turn of up to 64 packets as\n"
+		"                         buffers the kernel segments late (a GRO receiver gets them whole);\n"
+		"                         same packets, same order (not with --eth)\n"
 		"  -w, --pcap FILE        also write the datagrams to a pcap file (Ethernet/IPv4/UDP)\n"
 		"      --pcap-only        write the pcap, send nothing\n"
 		"  -j, --json             print what was sent and injected, per stream, as JSON\n"
@@ -115,6 +118,7 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 		{ "nic", required_argument, NULL, 'N' },
 		{ "kernel-device", required_argument, NULL, 'K' },
 		{ "cuda-device", required_argument, NULL, 'G' },
+		{ "gso", no_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -177,6 +181,7 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 		case 'P': a->pcap_only = true; break;
 		case 'j': a->json = true; break;
 		case 'E': a->eth = true; break;
+		case 'g': a->so.gso = true; break;
 		case 'O': bad = pdma_opt_ipv4_port(&o, a->to_host, &a->to_port); break;
 		case 'M': bad = pdma_opt_mac(&o, a->e.addr.dst_mac); break;
 		case 'm': bad = pdma_opt_mac(&o, a->e.addr.src_mac); break;
@@ -232,6 +237,8 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 						 "--dst-ip the frames' IPv4 destination");
 		if (a->threads_set)
 			return pdma_opt_fail(&o, "--threads does not combine with --eth: one sender keeps the frames' order");
+		if (a->so.gso)
+			return pdma_opt_fail(&o, "--gso does not combine with --eth: frames go one per datagram");
 		if ((uint64_t)c->packet_size + PDMA_ETH_HDRS > 65507)
 			return pdma_opt_fail(&o, "--packet-size %u with --eth: a frame passes the 65507 bytes one UDP "
 						 "datagram to --to carries", c->packet_size);

@@ -53,8 +53,10 @@ static void usage(FILE *f, const struct pdma_ingest_ext *x)
 		"      --ring-slots N    slots per ring (default 8192)\n"
 		"      --slot-size B     bytes per slot (default 9216)\n"
 		"      --batch N         recvmmsg batch (default 64)\n"
-		"      --rx IO           recvmmsg (default) or io_uring (multishot recvmsg into the\n"
-		"                        ring's slots; needs Linux 5.19; not with --path direct)\n"
+		"      --rx IO           recvmmsg (default), io_uring (multishot recvmsg into the\n"
+		"                        ring's slots; needs Linux 5.19) or gro (UDP GRO: coalesced\n"
+		"                        buffers split into one slot per datagram; Linux 5.0);\n"
+		"                        io_uring and gro not with --path direct\n"
 		"      --no-register     do not register the rings with a peerdma domain\n"
 		"nic path:\n"
 		"      --nic DEV         the NIC (default /dev/peerdma_nic0, drivers/e1000)\n"
@@ -150,7 +152,8 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 						    PDMA_RX_ZERO_COPY, PDMA_RX_NIC };
 	static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
 	static const char *const bufsizes[] = { "2048", "4096", NULL };
-	static const char *const rxs[] = { "recvmmsg", "io_uring", NULL };
+	static const char *const rxs[] = { "recvmmsg", "io_uring", "gro", NULL };
+	static const enum pdma_rx_io rx_v[] = { PDMA_RX_IO_RECVMMSG, PDMA_RX_IO_URING, PDMA_RX_IO_GRO };
 	static const char *const zfmts[] = { "ci16", "cf32", NULL };
 	static const char *const zpols[] = { "drop-oldest", "backpressure", NULL };
 	struct pdma_ingest_config *c = &a->c;
@@ -197,7 +200,7 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 		case 'X':
 			bad = pdma_opt_choice(&o, rxs, &k);
 			if (!bad)
-				c->rx_io = k ? PDMA_RX_IO_URING : PDMA_RX_IO_RECVMMSG;
+				c->rx_io = rx_v[k];
 			break;
 		case 'K':
 			bad = pdma_opt_u64(&o, 4096, 1u << 30, &chunk);
@@ -255,8 +258,10 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 	}
 	if (pdma_opt_end(&o, argc, argv))
 		return 2;
-	if (c->rx_io == PDMA_RX_IO_URING && (c->path == PDMA_RX_DIRECT || c->path == PDMA_RX_NIC))
-		return pdma_opt_fail(&o, "--rx io_uring needs a host ring: not with --path direct or nic");
+	if (c->rx_io != PDMA_RX_IO_RECVMMSG && (c->path == PDMA_RX_DIRECT || c->path == PDMA_RX_NIC))
+		return pdma_opt_fail(&o, c->rx_io == PDMA_RX_IO_URING
+				     ? "--rx io_uring needs a host ring: not with --path direct or nic"
+				     : "--rx gro needs a host ring: not with --path direct or nic");
 	if (c->path == PDMA_RX_NIC && c->threads != 1)
 		return pdma_opt_fail(&o, "--path nic: one NIC, one receive thread (--threads 1)");
 	return x && x->check ? x->check(x->arg, &o, c) : 0;
@@ -360,6 +365,9 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 		else if (c.rx_io == PDMA_RX_IO_URING && ret == -EOPNOTSUPP)
 			fprintf(stderr, "%s: io_uring receive unavailable here: needs Linux 5.19 "
 					"and io_uring allowed; --rx recvmmsg works everywhere\n", me);
+		else if (c.rx_io == PDMA_RX_IO_GRO && ret == -EOPNOTSUPP)
+			fprintf(stderr, "%s: UDP GRO receive unavailable here: needs Linux 5.0; "
+					"--rx recvmmsg works everywhere\n", me);
 		else if (ret == -ENOENT)
 			fprintf(stderr, "%s: the GPU deframer module (libpeerdma_vrt_cuda.so) "
 					"was not built or not found (set PEERDMA_VRT_CUDA)\n", me);

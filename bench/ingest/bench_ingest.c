@@ -14,11 +14,15 @@
  *  (f) consumers of the public ingest API (include/peerdma/ingest.h): block
  *      delivery latency, and each consumer's throughput against the receive
  *      rate of the same run;
+ *  (g) the socket path: recvmmsg, io_uring and UDP GRO receive, one receive
+ *      thread, with gen sending datagram by datagram or UDP GSO over
+ *      loopback, and one at a time over a veth pair between two network
+ *      namespaces with GRO (root); rate and CPU time per datagram;
  *  (x) the deframer's kernels and copies of its data volume without the
  *      deframing (a copy kernel, the payload moves alone), per size.
  * Prints a table per part and writes everything as JSON (--json FILE).
  * Parts a, b, e and x are in gpu_parts.c, c and d in loopback_parts.c, f in
- * consumer_parts.c; the GPU timings come from the benchmarks' GPU module
+ * consumer_parts.c, g in socket_parts.c; the GPU timings come from the benchmarks' GPU module
  * (gpu_bench.h), which is the deframer module plus the measurements.
  */
 #include <dlfcn.h>
@@ -143,6 +147,7 @@ int main(int argc, char **argv)
 		{ "sizes", required_argument, NULL, 's' },
 		{ "x", required_argument, NULL, 'x' },
 		{ "rx", required_argument, NULL, 'r' },
+		{ "senders", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -150,7 +155,7 @@ int main(int argc, char **argv)
 	const char *json_path = NULL, *parts = "abcdef";
 	int opt;
 
-	while ((opt = getopt_long(argc, argv, "qj:p:i:s:x:r:h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "qj:p:i:s:x:r:S:h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'q': x.quick = true; break;
 		case 'j': json_path = optarg; break;
@@ -167,10 +172,20 @@ int main(int argc, char **argv)
 		}
 		case 'x': x.xlist = optarg; break;
 		case 'r': x.rxlist = optarg; break;
+		case 'S':
+			x.senders = (uint32_t)atoi(optarg);
+			if (x.senders < 1 || x.senders > 16) {
+				fprintf(stderr, "bench_ingest: --senders wants 1..16\n");
+				return 2;
+			}
+			break;
 		case 'h':
-			printf("usage: bench_ingest [--quick] [--parts abcdefx] [--json FILE] [--iters N]\n"
+			printf("usage: bench_ingest [--quick] [--parts abcdefgx] [--json FILE] [--iters N]\n"
 			       "                    [--sizes 1024,1500,...] [--x d2d,copy,simple,skel1,skel4,v7s,v11,auto,hdr,cpass,touch,touchp]\n"
-			       "                    [--rx recvmmsg,io_uring]   (receive I/O of part c; default both)\n");
+			       "                    [--rx recvmmsg,io_uring,gro]   (receive I/O of parts c (not gro) and g;\n"
+			       "                                                 default all)\n"
+			       "                    [--senders N]   (gen's sender threads in part g, 1..16;\n"
+			       "                                     default half the cores, at most 8)\n");
 			return 0;
 		default:
 			return 2;
@@ -214,6 +229,8 @@ int main(int argc, char **argv)
 		part_e(&x);
 	if (strchr(parts, 'f'))
 		part_f(&x);
+	if (strchr(parts, 'g'))
+		part_g(&x);
 	if (strchr(parts, 'x'))
 		part_x(&x);
 	json_decref(ours1);

@@ -21,6 +21,7 @@ struct ctx {
 	uint32_t sizes[8];  /* --sizes: packet sizes for (a) and (x) (0-terminated; empty: default) */
 	const char *xlist;  /* --x: items of (x) */
 	const char *rxlist; /* --rx: receive I/O of (c) (default both) */
+	uint32_t senders;   /* --senders: gen's sender threads in (g) (0: half the cores, 1..16) */
 	struct pdma_gpu_ops ops;        /* the deframer (the benchmarks' module) */
 	struct pdma_gpu_bench_ops bops; /* its measurements */
 	void *dl;
@@ -46,9 +47,31 @@ void part_a(struct ctx *x);
 void part_b(struct ctx *x);
 void part_e(struct ctx *x);
 void part_x(struct ctx *x);
-/* loopback_parts.c: receive over 127.0.0.1. */
+/* loopback_parts.c: receive over 127.0.0.1. c_row: one row of (c) (also
+ * (g)'s): the highest zero-loss rate of a receive configuration, sending as
+ * lo says (NULL: 127.0.0.1, sendmmsg batches), its JSON record into arr
+ * (extra: an object to add the row's keys to, taken; NULL: a new one); the
+ * best zero-loss run's figures, per received datagram, in *f. */
+struct row_fig {
+	double pps;
+	double rx_cpu_ns, rx_sys_ns; /* the receive thread: CPU time (user + system), system */
+	double softirq_ns, busy_ns;  /* all CPUs (/proc/stat): softirq, every busy state */
+	double rx_util;              /* the receive threads' CPU time over the run's time */
+	double per_buf;              /* gro: datagrams per receive buffer (the coalescing) */
+	bool sender_limited, failed;
+	/* what stopped the search: "sender" (no loss at the senders' most),
+	 * "socket" (the lowest lossy run lost mostly socket drops: the receive
+	 * thread fell behind), "ring" (mostly ring overruns: the deframer
+	 * did), "failed", or "" */
+	const char *limit;
+};
+void c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_rx_io io, uint32_t threads,
+	   uint32_t streams, uint32_t senders, const struct pdma_loopback_opts *lo, json_t *arr, json_t *extra,
+	   struct row_fig *f);
 void part_c(struct ctx *x, json_t **best1);
 void part_d(struct ctx *x, json_t *ours1);
+/* socket_parts.c: the socket path's receive I/O side by side (GRO, GSO, veth). */
+void part_g(struct ctx *x);
 /* consumer_parts.c: consumers of the public ingest API. */
 void part_f(struct ctx *x);
 

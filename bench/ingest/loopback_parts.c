@@ -20,16 +20,51 @@
 /* (c) highest zero-loss rate for each path and thread count. */
 static const double rates[] = { 50e3, 100e3, 200e3, 400e3, 800e3, 1.6e6, 3.2e6 };
 
-/* One (c) run at an offered rate; appends its record to runs. *sent_pps: the
- * rate the senders achieved (datagrams sent over their own time). */
-static int c_run(struct pdma_gen_config *g, const struct pdma_ingest_config *ic, double rate,
-		 double sec, json_t *runs, bool *ok, double *sent_pps, double *cpu_ns)
+/* The system's CPU time so far, from /proc/stat's first line: softirq and
+ * all busy time (user, nice, system, irq, softirq, steal), in seconds.
+ * Tick-sampled (USER_HZ), so only runs of many ticks say much. */
+static void proc_stat(double *softirq, double *busy)
+{
+	unsigned long long v[8] = { 0 };
+	FILE *f = fopen("/proc/stat", "r");
+
+	*softirq = *busy = 0;
+	if (!f)
+		return;
+	if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+		   &v[5], &v[6], &v[7]) == 8) {
+		double hz = (double)sysconf(_SC_CLK_TCK);
+		*softirq = (double)v[6] / hz;
+		*busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / hz;
+	}
+	fclose(f);
+}
+
+/* One run at an offered rate; appends its record to runs. r->sent_pps: the
+ * rate the senders achieved (datagrams sent over their own time); the CPU
+ * figures are per received datagram. */
+struct run_fig {
+	bool ok;
+	double sent_pps, rx_pps;
+	double cpu_ns, sys_ns;      /* the receive threads (user + system; system) */
+	double softirq_ns, busy_ns; /* all CPUs: softirq; everything busy */
+	double rx_util;             /* receive threads' CPU time over the run's time */
+	double per_buf;             /* gro: datagrams per receive buffer */
+	uint64_t drops, overruns;   /* socket drops, ring overruns */
+};
+
+static int c_run(struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
+		 const struct pdma_loopback_opts *lo, double rate, double sec, json_t *runs,
+		 struct run_fig *r)
 {
 	struct pdma_loopback_result res;
+	double si0, bu0, si1, bu1;
 	g->packets = (uint64_t)(rate * sec / g->streams);
 	if (g->packets < 500)
 		g->packets = 500;
-	int e = pdma_loopback_once(g, ic, rate, &res);
+	proc_stat(&si0, &bu0);
+	int e = pdma_loopback_once_opts(g, ic, rate, lo, &res);
+	proc_stat(&si1, &bu1);
 	if (e) {
 		free(res.s);
 		return e;
@@ -37,36 +72,56 @@ static int c_run(struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
 	uint64_t sent = 0;
 	for (uint32_t i = 0; i < res.streams; i++)
 		sent += res.s[i].injected.sent;
-	*sent_pps = res.send_seconds > 0 ? (double)sent / res.send_seconds : 0;
-	*ok = res.match && !res.totals.socket_drops && !res.totals.ring_overruns;
+	double n = res.totals.datagrams ? (double)res.totals.datagrams : 1;
+	memset(r, 0, sizeof(*r));
+	r->sent_pps = res.send_seconds > 0 ? (double)sent / res.send_seconds : 0;
+	r->rx_pps = res.seconds > 0 ? (double)res.totals.datagrams / res.seconds : 0;
+	r->ok = res.match && !res.totals.socket_drops && !res.totals.ring_overruns && !res.totals.truncated;
+	r->cpu_ns = res.totals.rx_cpu_s * 1e9 / n;
+	r->sys_ns = res.totals.rx_sys_s * 1e9 / n;
+	r->softirq_ns = (si1 - si0) * 1e9 / n;
+	r->busy_ns = (bu1 - bu0) * 1e9 / n;
+	r->rx_util = res.seconds > 0 ? res.totals.rx_cpu_s / res.seconds : 0;
+	r->drops = res.totals.socket_drops;
+	r->overruns = res.totals.ring_overruns;
+	r->per_buf = res.totals.gro_buffers ? (double)res.totals.datagrams / (double)res.totals.gro_buffers : 0;
 	json_t *j = json_object();
 	json_object_set_new(j, "offered_pps", json_real(rate));
-	json_object_set_new(j, "sent_pps", json_real(*sent_pps));
-	json_object_set_new(j, "received_pps", json_real((double)res.totals.datagrams / res.seconds));
+	json_object_set_new(j, "sent_pps", json_real(r->sent_pps));
+	json_object_set_new(j, "received_pps", json_real(r->rx_pps));
+	json_object_set_new(j, "datagrams", json_integer((json_int_t)res.totals.datagrams));
 	json_object_set_new(j, "socket_drops", json_integer((json_int_t)res.totals.socket_drops));
 	json_object_set_new(j, "ring_overruns", json_integer((json_int_t)res.totals.ring_overruns));
-	json_object_set_new(j, "zero_loss", json_boolean(*ok));
-	*cpu_ns = res.totals.datagrams ? res.totals.rx_cpu_s * 1e9 / (double)res.totals.datagrams : 0;
-	json_object_set_new(j, "rx_cpu_ns_per_datagram", json_real(*cpu_ns));
+	json_object_set_new(j, "truncated", json_integer((json_int_t)res.totals.truncated));
+	json_object_set_new(j, "zero_loss", json_boolean(r->ok));
+	json_object_set_new(j, "rx_cpu_ns_per_datagram", json_real(r->cpu_ns));
+	json_object_set_new(j, "rx_sys_ns_per_datagram", json_real(r->sys_ns));
+	json_object_set_new(j, "softirq_ns_per_datagram", json_real(r->softirq_ns));
+	json_object_set_new(j, "all_cpus_busy_ns_per_datagram", json_real(r->busy_ns));
+	json_object_set_new(j, "rx_thread_utilization", json_real(r->rx_util));
+	if (ic->rx_io == PDMA_RX_IO_GRO)
+		json_object_set_new(j, "datagrams_per_gro_buffer", json_real(r->per_buf));
 	json_array_append_new(runs, j);
 	free(res.s);
 	return 0;
 }
 
-/* One row of (c): the highest zero-loss rate for a path, receive I/O and
- * number of receive threads. Doubles the offered rate until a run loses or
+/* One row (bench_ingest.h). Doubles the offered rate until a run loses or
  * the senders fall behind it, then bisects between the last zero-loss rate
  * and the first lossy one (to 5%). The rate reported is the senders'
- * achieved rate of the best zero-loss run. */
-static double c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_rx_io io,
-		    uint32_t threads, uint32_t streams, uint32_t senders, json_t *arr)
+ * achieved rate of the best zero-loss run, with that run's CPU figures. */
+void c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_rx_io io, uint32_t threads,
+	   uint32_t streams, uint32_t senders, const struct pdma_loopback_opts *lo, json_t *arr, json_t *extra,
+	   struct row_fig *f)
 {
-	const char *ioname = io == PDMA_RX_IO_URING ? "io_uring" : "recvmmsg";
+	struct run_fig best = { 0 }, loss = { 0 };
+	double loss_rate = 0;
+	const char *ioname = pdma_rx_io_name(io);
 	struct pdma_gen_config g;
 	struct pdma_ingest_config ic;
-	double best = 0, best_cpu = 0, lo = 0, hi = 0, rate = 50e3, sec = x->quick ? 0.25 : 0.6;
-	bool sender_limited = false, failed = false;
+	double lo_rate = 0, hi = 0, rate = 50e3, sec = x->quick ? 0.25 : 0.6;
 	json_t *runs = json_array();
+	memset(f, 0, sizeof(*f));
 	pdma_gen_config_default(&g);
 	g.packet_size = 1500;
 	g.context = false;
@@ -83,55 +138,73 @@ static double c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, en
 	 * batches, newer wins), 16 table entries. */
 	ic.dfr.out_pkts = 16384;
 	ic.dfr.max_streams = 16;
+	if (lo && lo->host)
+		ic.bind_addr = lo->host;
 	for (int n = 0; n < 24; n++) {
-		bool ok;
-		double sent, cpu;
-		int e = c_run(&g, &ic, rate, sec, runs, &ok, &sent, &cpu);
+		struct run_fig r;
+		int e = c_run(&g, &ic, lo, rate, sec, runs, &r);
 		if (e) {
-			fprintf(stderr, "(c) %s, %s: %s\n", pname, ioname, strerror(-e));
-			failed = true;
+			fprintf(stderr, "%s, %s: %s\n", pname, ioname, strerror(-e));
+			f->failed = true;
 			break;
 		}
-		if (ok) {
-			if (sent > best) {
-				best = sent;
-				best_cpu = cpu;
-			}
-			lo = rate;
-			if (sent < 0.9 * rate && hi == 0) {
+		if (r.ok) {
+			if (r.sent_pps > best.sent_pps)
+				best = r;
+			lo_rate = rate;
+			if (r.sent_pps < 0.9 * rate && hi == 0) {
 				/* No loss at the senders' maximum (and no lossy run
 				 * seen): a lower bound only. */
-				sender_limited = true;
+				f->sender_limited = true;
 				break;
 			}
 		} else {
 			hi = rate;
+			if (loss_rate == 0 || rate < loss_rate) {
+				loss_rate = rate;
+				loss = r;
+			}
 		}
 		if (hi == 0)
 			rate *= 2;
-		else if (hi - lo <= 0.05 * hi)
+		else if (hi - lo_rate <= 0.05 * hi)
 			break;
 		else
-			rate = lo > 0 ? (lo + hi) / 2 : hi / 2;
+			rate = lo_rate > 0 ? (lo_rate + hi) / 2 : hi / 2;
 		if (rate < 1e3)
 			break;
 	}
-	printf("%12s %9s %8u %14.0f %10.2f %12.0f %s\n", pname, ioname, threads, best, best * 1500 * 8 / 1e9, best_cpu,
-	       failed ? "(failed)" : sender_limited ? "(sender-limited: no loss at the senders' maximum)" : "");
-	json_t *o = json_object();
+	f->pps = best.sent_pps;
+	f->rx_cpu_ns = best.cpu_ns;
+	f->rx_sys_ns = best.sys_ns;
+	f->softirq_ns = best.softirq_ns;
+	f->busy_ns = best.busy_ns;
+	f->rx_util = best.rx_util;
+	f->per_buf = best.per_buf;
+	/* Who lost first: the socket buffer overflowed (the receive thread was
+	 * behind) or the ring (the deframer was). */
+	f->limit = f->failed ? "failed" : f->sender_limited ? "sender" : !loss_rate ? "" :
+		   loss.drops >= loss.overruns ? "socket" : "ring";
+	json_t *o = extra ? extra : json_object();
 	json_object_set_new(o, "path", json_string(pname));
 	json_object_set_new(o, "rx_io", json_string(ioname));
 	json_object_set_new(o, "threads", json_integer(threads));
 	json_object_set_new(o, "sender_threads", json_integer(senders));
 	json_object_set_new(o, "streams", json_integer(streams));
-	json_object_set_new(o, "max_zero_loss_pps", json_real(best));
-	json_object_set_new(o, "max_zero_loss_gbps", json_real(best * 1500 * 8 / 1e9));
-	json_object_set_new(o, "sender_limited", json_boolean(sender_limited));
-	json_object_set_new(o, "rx_cpu_ns_per_datagram", json_real(best_cpu));
-	json_object_set_new(o, "failed", json_boolean(failed));
+	json_object_set_new(o, "max_zero_loss_pps", json_real(f->pps));
+	json_object_set_new(o, "max_zero_loss_gbps", json_real(f->pps * 1500 * 8 / 1e9));
+	json_object_set_new(o, "sender_limited", json_boolean(f->sender_limited));
+	json_object_set_new(o, "rx_cpu_ns_per_datagram", json_real(f->rx_cpu_ns));
+	json_object_set_new(o, "rx_sys_ns_per_datagram", json_real(f->rx_sys_ns));
+	json_object_set_new(o, "softirq_ns_per_datagram", json_real(f->softirq_ns));
+	json_object_set_new(o, "all_cpus_busy_ns_per_datagram", json_real(f->busy_ns));
+	json_object_set_new(o, "rx_thread_utilization", json_real(f->rx_util));
+	if (io == PDMA_RX_IO_GRO)
+		json_object_set_new(o, "datagrams_per_gro_buffer", json_real(f->per_buf));
+	json_object_set_new(o, "failed", json_boolean(f->failed));
+	json_object_set_new(o, "first_loss", json_string(f->limit));
 	json_object_set_new(o, "runs", runs);
 	json_array_append_new(arr, o);
-	return best;
 }
 
 /* (c): every path this machine has, with recvmmsg and io_uring receive side
@@ -161,8 +234,14 @@ void part_c(struct ctx *x, json_t **best1)
 			for (int io = 0; io < 2; io++) {
 				if (x->rxlist && !in_list(x->rxlist, io ? "io_uring" : "recvmmsg"))
 					continue;
-				double b = c_row(x, paths[p], pname[p], io ? PDMA_RX_IO_URING : PDMA_RX_IO_RECVMMSG,
-						 threads[k], streams, senders, arr);
+				struct row_fig f;
+				c_row(x, paths[p], pname[p], io ? PDMA_RX_IO_URING : PDMA_RX_IO_RECVMMSG, threads[k],
+				      streams, senders, NULL, arr, NULL, &f);
+				double b = f.pps;
+				printf("%12s %9s %8u %14.0f %10.2f %12.0f %s\n", pname[p], io ? "io_uring" : "recvmmsg",
+				       threads[k], b, b * 1500 * 8 / 1e9, f.rx_cpu_ns,
+				       f.failed ? "(failed)" : f.sender_limited
+				       ? "(sender-limited: no loss at the senders' maximum)" : "");
 				if (p == 0 && k == 0 && !*best1)
 					*best1 = json_real(b); /* (d)'s comparison: the first row */
 			}

@@ -82,6 +82,13 @@ struct pdma_gen_send_opts {
 			       * stream sends and injects does not depend on T. */
 	uint32_t batch;       /* datagrams per sendmmsg at most (0: 64); 1 sends them one
 			       * at a time */
+	bool gso;             /* UDP GSO (UDP_SEGMENT, Linux 4.18): a batch's datagrams
+			       * go down the stack as buffers of up to 64 that the kernel
+			       * segments late (or a GRO receiver takes whole); off: each
+			       * datagram its own skb, as devices on a wire send them.
+			       * The datagrams and their order do not change; each must
+			       * fit the route's MTU (the kernel refuses the buffer,
+			       * EINVAL, where it does not). */
 	/* optional (benchmarks: bench_ingest's delivery latency): called by a
 	 * sender thread just before a batch's first sendmmsg (after false)
 	 * and just after its last (after true), with its datagrams and the

@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,10 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
 
 #include "gen/gen.h"
 #include "gen/gen_int.h"
@@ -75,6 +80,49 @@ int pdma_gen_flush(int fd, struct mmsghdr *msg, uint32_t nb)
 		done += (uint32_t)r;
 	}
 	return 0;
+}
+
+/* UDP GSO (UDP_SEGMENT): the batch's datagrams (one stream's, one socket)
+ * as few sends as the kernel allows, each one buffer of equal-size datagrams
+ * (the last may be shorter) that the kernel segments after the UDP layer:
+ * one pass through the stack for up to 64 datagrams (UDP_MAX_SEGMENTS) of at
+ * most 65507 bytes together (an IPv4 datagram's payload). A batch with
+ * datagrams of different sizes makes several buffers. */
+#define GSO_MAX_SEGS 64u
+#define GSO_MAX_BYTES 65507u
+static int flush_gso(int fd, struct iovec *iov, uint32_t nb)
+{
+	struct mmsghdr msg[SEND_BATCH];
+	char ctl[SEND_BATCH][CMSG_SPACE(sizeof(uint16_t))];
+	uint32_t ng = 0;
+
+	memset(msg, 0, sizeof(msg));
+	memset(ctl, 0, sizeof(ctl));
+	for (uint32_t i = 0; i < nb; ng++) {
+		size_t seg = iov[i].iov_len, bytes = seg;
+		uint32_t k = 1;
+		/* Equal sizes; a shorter one ends the buffer (GSO's last segment). */
+		while (i + k < nb && k < GSO_MAX_SEGS && bytes + iov[i + k].iov_len <= GSO_MAX_BYTES &&
+		       iov[i + k].iov_len <= seg && iov[i + k - 1].iov_len == seg) {
+			bytes += iov[i + k].iov_len;
+			k++;
+		}
+		struct msghdr *m = &msg[ng].msg_hdr;
+		m->msg_iov = &iov[i];
+		m->msg_iovlen = k;
+		if (k > 1) {
+			m->msg_control = ctl[ng];
+			m->msg_controllen = sizeof(ctl[ng]);
+			struct cmsghdr *c = CMSG_FIRSTHDR(m);
+			uint16_t gs = (uint16_t)seg;
+			c->cmsg_level = SOL_UDP;
+			c->cmsg_type = UDP_SEGMENT;
+			c->cmsg_len = CMSG_LEN(sizeof(gs));
+			memcpy(CMSG_DATA(c), &gs, sizeof(gs));
+		}
+		i += k;
+	}
+	return pdma_gen_flush(fd, msg, ng);
 }
 
 /* One sender: builds each datagram in place in a batch slot, sends a stream's
@@ -151,7 +199,8 @@ static int send_subset(struct send_ctx *x, uint32_t first)
 		if (nb && (len == 0 || si != bstream || nb == nbatch)) {
 			if (o->on_send)
 				o->on_send(o->on_send_arg, iov, nb, pdma_gen_now(), false);
-			ret = pdma_gen_flush(fds[(bstream - first) / step], msg, nb);
+			ret = o->gso ? flush_gso(fds[(bstream - first) / step], iov, nb)
+				     : pdma_gen_flush(fds[(bstream - first) / step], msg, nb);
 			if (ret)
 				goto out;
 			if (o->on_send)

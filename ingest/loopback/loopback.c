@@ -2,17 +2,21 @@
 /* gen -> ingest on 127.0.0.1 inside one process, and the comparison of what
  * the generator injected with what the receiver detected, per stream. */
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "loopback/loopback.h"
 
 struct sender {
 	struct pdma_gen *g;
 	struct pdma_gen_send_opts o;
+	int netns;            /* -1: the creator's */
 	double seconds;
 	int ret;
 	atomic_bool done;
@@ -29,7 +33,12 @@ static void *send_main(void *arg)
 {
 	struct sender *s = arg;
 	double t0 = now_s();
-	s->ret = pdma_gen_send(s->g, &s->o);
+	/* A thread's own namespace: gen's sockets (and its sender threads,
+	 * which inherit it) are opened there. */
+	if (s->netns >= 0 && setns(s->netns, CLONE_NEWNET) < 0)
+		s->ret = -errno;
+	else
+		s->ret = pdma_gen_send(s->g, &s->o);
 	s->seconds = now_s() - t0;
 	atomic_store(&s->done, true);
 	return NULL;
@@ -113,18 +122,48 @@ static void verify_content(const struct pdma_dfr *d, uint32_t idx, uint32_t id,
 	}
 }
 
+/* The session, its sockets opened in network namespace ns (-1: this
+ * thread's); the thread returns to its own. */
+static int open_in(const struct pdma_ingest_config *ic, int ns, struct pdma_ingest **ing)
+{
+	int self, ret;
+
+	if (ns < 0)
+		return pdma_ingest_open_config(ic, ing, NULL, 0);
+	self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (self < 0)
+		return -errno;
+	if (setns(ns, CLONE_NEWNET) < 0) {
+		ret = -errno;
+		close(self);
+		return ret;
+	}
+	ret = pdma_ingest_open_config(ic, ing, NULL, 0);
+	if (setns(self, CLONE_NEWNET) < 0) {
+		/* Cannot happen with the rights that allowed the first
+		 * setns; the caller learns that this thread is not back. */
+		int e = -errno;
+		if (!ret)
+			pdma_ingest_close(*ing);
+		ret = e;
+	}
+	close(self);
+	return ret;
+}
+
 static int run_once(const struct pdma_gen_config *gc, const struct pdma_ingest_config *ic,
-		    double rate, bool blocks, struct pdma_loopback_result *res)
+		    double rate, bool blocks, const struct pdma_loopback_opts *lo,
+		    struct pdma_loopback_result *res)
 {
 	struct pdma_ingest *ing = NULL;
 	struct pdma_sub *sub = NULL;
-	struct sender snd = { 0 };
+	struct sender snd = { .netns = lo ? lo->tx_netns : -1 };
 	uint8_t *buf = NULL;
 	size_t cap = 0;
 	pthread_t th;
 	int ret;
 
-	ret = pdma_ingest_open_config(ic, &ing, NULL, 0);
+	ret = open_in(ic, lo ? lo->rx_netns : -1, &ing);
 	if (ret)
 		return ret;
 	ret = pdma_gen_open(gc, &snd.g);
@@ -144,7 +183,9 @@ static int run_once(const struct pdma_gen_config *gc, const struct pdma_ingest_c
 			goto out;
 		res->blocks_on = true;
 	}
-	snd.o.host = "127.0.0.1";
+	snd.o.host = lo && lo->host ? lo->host : "127.0.0.1";
+	snd.o.batch = lo ? lo->send_batch : 0;
+	snd.o.gso = lo && lo->gso;
 	snd.o.port = pdma_ingest_port(ing);
 	snd.o.rate_pps = rate;
 	snd.o.threads = gc->send_threads;
@@ -225,6 +266,12 @@ out:
 int pdma_loopback_once(const struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
 		       double rate_pps, struct pdma_loopback_result *res)
 {
+	return pdma_loopback_once_opts(g, ic, rate_pps, NULL, res);
+}
+
+int pdma_loopback_once_opts(const struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
+			    double rate_pps, const struct pdma_loopback_opts *o, struct pdma_loopback_result *res)
+{
 	struct pdma_ingest_config c = *ic;
 	memset(res, 0, sizeof(*res));
 	res->streams = g->streams;
@@ -234,7 +281,7 @@ int pdma_loopback_once(const struct pdma_gen_config *g, const struct pdma_ingest
 	c.port = 0;
 	res->attempts = 1;
 	res->rate_pps = rate_pps;
-	return run_once(g, &c, rate_pps, false, res);
+	return run_once(g, &c, rate_pps, false, o, res);
 }
 
 int pdma_loopback_run(const struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
@@ -254,7 +301,7 @@ int pdma_loopback_run(const struct pdma_gen_config *g, const struct pdma_ingest_
 		for (uint32_t i = 0; i < g->streams; i++)
 			memset(&res->s[i], 0, sizeof(res->s[i]));
 		res->blocks = 0;
-		ret = run_once(g, &c, rate_pps, true, res);
+		ret = run_once(g, &c, rate_pps, true, NULL, res);
 		if (ret)
 			break;
 		if (res->totals.socket_drops == 0 && res->totals.ring_overruns == 0)

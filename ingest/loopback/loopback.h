@@ -50,6 +50,21 @@ int pdma_loopback_run(const struct pdma_gen_config *g, const struct pdma_ingest_
 /* One attempt, no retry (benchmarks: loss is the measurement). */
 int pdma_loopback_once(const struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
 		       double rate_pps, struct pdma_loopback_result *res);
+/* How gen sends in a run, and from where (benchmarks). */
+struct pdma_loopback_opts {
+	const char *host;     /* gen's destination (NULL: 127.0.0.1); the session binds
+			       * ic->bind_addr */
+	uint32_t send_batch;  /* pdma_gen_send_opts.batch (0: 64; 1: one datagram a call) */
+	bool gso;             /* pdma_gen_send_opts.gso */
+	/* Network namespaces (open fds of /proc/.../ns/net; -1: the
+	 * caller's): the session's sockets are opened in rx_netns, gen's in
+	 * tx_netns (a veth pair between them instead of loopback). The
+	 * calling thread is back in its own namespace on return. */
+	int rx_netns, tx_netns;
+};
+/* pdma_loopback_once with o (NULL: as pdma_loopback_once). */
+int pdma_loopback_once_opts(const struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
+			    double rate_pps, const struct pdma_loopback_opts *o, struct pdma_loopback_result *res);
 
 /* A block (its samples at iq, in host memory) against the generator: every
  * sample of a packet that came equals pdma_gen_sample's word in host order

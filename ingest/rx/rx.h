@@ -7,6 +7,8 @@
  *   socket.c    the bound UDP socket all paths read (SO_REUSEPORT, drop counter)
  *   recvmmsg.c  recvmmsg batches straight into ring slots (the default)
  *   io_uring.c  one multishot recvmsg into the ring's free slots
+ *   gro.c       recvmmsg of UDP GRO buffers, each split into one slot per
+ *               datagram
  *   sim_dma.c   the "direct" path's last hop: the ring lives in simulated GPU
  *               memory and a simulated DMA device writes each slot by key
  * Thread safety: one receive thread per socket and ring.
@@ -27,6 +29,7 @@ struct pdma_sim;
 struct pdma_rx_stats {
 	atomic_uint_fast64_t datagrams, bytes, truncated;
 	atomic_uint_fast64_t socket_drops; /* the kernel's count for the socket so far */
+	atomic_uint_fast64_t buffers;      /* gro.c: receive buffers (coalesced or not) */
 };
 
 /* ---- socket.c ---- */
@@ -50,6 +53,32 @@ struct pdma_rx_sim_dma;
  * (the direct path). 0 or a negative errno. */
 int pdma_rx_recvmmsg_run(int fd, struct pdma_ring *r, uint32_t batch, struct pdma_rx_sim_dma *dma,
 			 const atomic_bool *stop, struct pdma_rx_stats *st);
+
+/* ---- gro.c ----
+ * UDP GRO receive (UDP_GRO): coalesced buffers, each split into one ring
+ * slot per datagram (recvmmsg batches through bounce buffers, or, once the
+ * datagram size is known, recvmsg straight into the slots). Same stop rule
+ * and counters as
+ * pdma_rx_recvmmsg_run; a full ring counts one overrun per datagram it
+ * drops. -EOPNOTSUPP where the kernel lacks UDP_GRO (before Linux 5.0). */
+int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bool *stop,
+		    struct pdma_rx_stats *st);
+/* Sets UDP_GRO on the socket: 0, -EOPNOTSUPP or another negative errno. */
+int pdma_rx_gro_enable(int fd);
+/* What one split did, per datagram. */
+struct pdma_rx_gro_counts {
+	uint64_t datagrams, bytes, truncated; /* put into slots */
+	uint64_t overruns;                    /* dropped: the ring was full */
+};
+/* Splits one received buffer (len bytes at buf; gso_size from its UDP_GRO
+ * control message, 0 without one: a single datagram) into ring slots from
+ * *head on, advancing *head (not published: the caller stores r->head) and
+ * *seq (each slot's rx_seq). Datagrams that find the ring full are dropped
+ * and counted in n->overruns; one longer than a slot holds keeps what fits
+ * and is flagged truncated, as is the buffer's last datagram when trunc (the
+ * message was cut: MSG_TRUNC). Adds to *n; returns the slots filled. */
+uint32_t pdma_rx_gro_split(struct pdma_ring *r, uint64_t *head, const uint8_t *buf, uint32_t len,
+			   uint32_t gso_size, bool trunc, uint32_t *seq, struct pdma_rx_gro_counts *n);
 
 /* ---- io_uring.c ----
  * io_uring receive into ring r from socket fd, from the ring's head on: open

@@ -49,7 +49,7 @@ struct cmdspec {
 static const char *const paths[] = { "cpu", "direct", "host-staged", "zero-copy", "nic", NULL };
 static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
 static const char *const bufsizes[] = { "2048", "4096", NULL };
-static const char *const rxs[] = { "recvmmsg", "io_uring", NULL };
+static const char *const rxs[] = { "recvmmsg", "io_uring", "gro", NULL };
 static const char *const benches[] = { "reg", "dma", "all", NULL };
 static const char *const zfmts[] = { "ci16", "cf32", NULL };
 static const char *const zpols[] = { "drop-oldest", "backpressure", NULL };
@@ -70,6 +70,7 @@ static const struct optspec gen_opts[] = {
 	{ "src-ip", 0, IPV4, NULL },       { "src-port", 0, UINT, NULL },
 	{ "malformed", 0, UINT, NULL },    { "nic", 0, STR, NULL },
 	{ "kernel-device", 0, STR, NULL }, { "cuda-device", 0, UINT, NULL },
+	{ "gso", 0, FLAG, NULL },
 	{ NULL, 0, FLAG, NULL },
 };
 

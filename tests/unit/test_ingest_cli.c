@@ -73,6 +73,10 @@ static void test_usage_errors(void **state)
 	assert_int_equal(sh("grep -q 'invalid value .aio. for --rx' %s/e", dir), 0);
 	assert_int_equal(sh("%s ingest --rx io_uring --path direct 2>%s/e", tool, dir), 2);
 	assert_int_equal(sh("grep -q 'not with --path direct' %s/e", dir), 0);
+	assert_int_equal(sh("%s gen --eth --gso --pcap-only -w /dev/null 2>%s/e", tool, dir), 2);
+	assert_int_equal(sh("grep -q -- '--gso does not combine with --eth' %s/e", dir), 0);
+	assert_int_equal(sh("%s ingest --rx gro --path direct 2>%s/e", tool, dir), 2);
+	assert_int_equal(sh("grep -q -- '--rx gro needs a host ring' %s/e", dir), 0);
 	assert_int_equal(sh("%s ingest -p 0 -j /nonexistent/dir/x.json -d 0.05 -q 2>%s/e", tool, dir), 1);
 	assert_int_equal(sh("grep -q 'cannot write /nonexistent' %s/e", dir), 0);
 }
@@ -219,7 +223,7 @@ static json_t *stream_by_id(json_t *arr, json_int_t id)
 
 /* gen -> ingest through the CLI: what gen injected is what ingest reports,
  * with the receive I/O rx (recvmmsg or io_uring; the JSON names it). */
-static void gen_to_ingest(const char *rx)
+static void gen_to_ingest_with(const char *rx, const char *gen_opts)
 {
 	for (int attempt = 0; attempt < 3; attempt++) {
 		uint16_t port = free_port();
@@ -228,9 +232,9 @@ static void gen_to_ingest(const char *rx)
 		assert_int_equal(sh("rm -f %s/err; (%s ingest --rx %s -p %u -t 2 -i 800 -j %s/i.json 2>%s/err >/dev/null & "
 				    "echo $! > %s/pid); for k in $(seq 200); do grep -q listening %s/err 2>/dev/null "
 				    "&& break; sleep 0.05; done; %s gen -p %u -s 3 -t 2 -n 3000 --loss 5 --loss-burst 16 "
-				    "--dup 5 --reorder 5 -r 40000 -j > %s/g.json && "
+				    "--dup 5 --reorder 5 -r 40000 %s -j > %s/g.json && "
 				    "while kill -0 $(cat %s/pid) 2>/dev/null; do sleep 0.1; done",
-				    dir, tool, rx, port, dir, dir, dir, dir, tool, port, dir, dir), 0);
+				    dir, tool, rx, port, dir, dir, dir, dir, tool, port, gen_opts, dir, dir), 0);
 		char p[256];
 		json_error_t err;
 		snprintf(p, sizeof(p), "%s/g.json", dir);
@@ -276,6 +280,11 @@ static void gen_to_ingest(const char *rx)
 	fail_msg("kernel dropped datagrams in all 3 attempts");
 }
 
+static void gen_to_ingest(const char *rx)
+{
+	gen_to_ingest_with(rx, "");
+}
+
 static void test_gen_to_ingest(void **state)
 {
 	(void)state;
@@ -293,6 +302,23 @@ static void test_gen_to_ingest_io_uring(void **state)
 		skip();
 	}
 	gen_to_ingest("io_uring");
+}
+
+/* --rx gro: the same exact accounting when the buffers are split (here on
+ * loopback each buffer holds one datagram: gen sends one per skb). */
+static void test_gen_to_ingest_gro(void **state)
+{
+	(void)state;
+	gen_to_ingest("gro");
+}
+
+/* gen --gso into both: the GRO receiver takes each GSO buffer whole and
+ * splits it, recvmmsg gets the kernel's segments; the same accounting. */
+static void test_gen_gso_to_ingest(void **state)
+{
+	(void)state;
+	gen_to_ingest_with("gro", "--gso");
+	gen_to_ingest_with("recvmmsg", "--gso");
 }
 
 /* --threads N: with the same seed each stream sends and injects exactly the
@@ -339,6 +365,8 @@ int main(void)
 		cmocka_unit_test(test_pcap_snaplen),
 		cmocka_unit_test(test_gen_to_ingest),
 		cmocka_unit_test(test_gen_to_ingest_io_uring),
+		cmocka_unit_test(test_gen_to_ingest_gro),
+		cmocka_unit_test(test_gen_gso_to_ingest),
 		cmocka_unit_test(test_gen_threads_same_injection),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
