@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/ethtool.h>
 #include <linux/sockios.h>
 #include <net/if.h>
@@ -89,21 +90,14 @@ static void cleanup_signal(int sig)
 /* fn(arg) with this thread in network namespace ns, back in its own after. */
 static int in_ns(int ns, int (*fn)(void *), void *arg)
 {
-	int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC), ret;
-	if (self < 0)
-		return -errno;
-	if (setns(ns, CLONE_NEWNET) < 0) {
-		ret = -errno;
-		close(self);
-		return ret;
-	}
-	ret = fn(arg);
-	if (setns(self, CLONE_NEWNET) < 0) {
-		perror("bench_ingest: setns back");
+	const int unrun = INT_MIN;
+	int ret = unrun, e = pdma_loopback_in_netns(ns, fn, arg, &ret);
+
+	if (e && ret != unrun) {
+		fprintf(stderr, "bench_ingest: setns back: %s\n", strerror(-e));
 		abort(); /* must not go on in the wrong namespace */
 	}
-	close(self);
-	return ret;
+	return e ? e : ret;
 }
 
 /* Device features by name through the ethtool ioctl (ETHTOOL_SFEATURES),

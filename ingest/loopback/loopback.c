@@ -122,14 +122,14 @@ static void verify_content(const struct pdma_dfr *d, uint32_t idx, uint32_t id,
 	}
 }
 
-/* The session, its sockets opened in network namespace ns (-1: this
- * thread's); the thread returns to its own. */
-static int open_in(const struct pdma_ingest_config *ic, int ns, struct pdma_ingest **ing)
+int pdma_loopback_in_netns(int ns, int (*fn)(void *), void *arg, int *fn_ret)
 {
-	int self, ret;
+	int self, ret = 0;
 
-	if (ns < 0)
-		return pdma_ingest_open_config(ic, ing, NULL, 0);
+	if (ns < 0) {
+		*fn_ret = fn(arg);
+		return 0;
+	}
 	self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
 	if (self < 0)
 		return -errno;
@@ -138,17 +138,40 @@ static int open_in(const struct pdma_ingest_config *ic, int ns, struct pdma_inge
 		close(self);
 		return ret;
 	}
-	ret = pdma_ingest_open_config(ic, ing, NULL, 0);
-	if (setns(self, CLONE_NEWNET) < 0) {
-		/* Cannot happen with the rights that allowed the first
-		 * setns; the caller learns that this thread is not back. */
-		int e = -errno;
-		if (!ret)
-			pdma_ingest_close(*ing);
-		ret = e;
-	}
+	*fn_ret = fn(arg);
+	/* Cannot fail with the rights that allowed the first setns; the
+	 * caller learns that this thread is not back. */
+	if (setns(self, CLONE_NEWNET) < 0)
+		ret = -errno;
 	close(self);
 	return ret;
+}
+
+struct open_args {
+	const struct pdma_ingest_config *ic;
+	struct pdma_ingest **ing;
+};
+
+static int open_fn(void *arg)
+{
+	const struct open_args *a = arg;
+
+	return pdma_ingest_open_config(a->ic, a->ing, NULL, 0);
+}
+
+/* The session, its sockets opened in network namespace ns (-1: this
+ * thread's); the thread returns to its own. */
+static int open_in(const struct pdma_ingest_config *ic, int ns, struct pdma_ingest **ing)
+{
+	struct open_args a = { ic, ing };
+	int ret = -ECANCELED; /* fn's result if it never ran */
+	int e = pdma_loopback_in_netns(ns, open_fn, &a, &ret);
+
+	if (!e)
+		return ret;
+	if (!ret)
+		pdma_ingest_close(*ing);
+	return e;
 }
 
 static int run_once(const struct pdma_gen_config *gc, const struct pdma_ingest_config *ic,

@@ -63,6 +63,13 @@ struct pdma_loopback_opts {
 	int rx_netns, tx_netns;
 };
 /* pdma_loopback_once with o (NULL: as pdma_loopback_once). */
+/* fn(arg) with the calling thread in network namespace ns (-1: where it is),
+ * then back in its own. Returns 0 with fn's result in *fn_ret, or a negative
+ * errno: the thread could not enter ns (fn not run, *fn_ret untouched) or
+ * could not come back (fn ran, *fn_ret set: the caller must undo what fn
+ * did and not go on in this thread). */
+int pdma_loopback_in_netns(int ns, int (*fn)(void *), void *arg, int *fn_ret);
+
 int pdma_loopback_once_opts(const struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
 			    double rate_pps, const struct pdma_loopback_opts *o, struct pdma_loopback_result *res);
 
