@@ -26,7 +26,16 @@
 struct recv_ctx {
 	struct pdma_consume *c;
 	struct pdma_blk *b;
-	uint32_t idx;
+	uint64_t slot;            /* its place in arrival order */
+};
+
+/* A block in arrival order until every one before it is delivered:
+ * rendezvous receives complete in any order, and a stream's blocks must
+ * reach the subscriptions in the order the forwarder sent them (a SigMF
+ * writer drops what goes back in time). */
+struct arrival {
+	struct pdma_blk *b;       /* NULL: dropped here (its credit still goes back) */
+	bool done;
 };
 
 struct pdma_consume {
@@ -46,6 +55,9 @@ struct pdma_consume {
 	struct pdma_fwd_welcome w;
 	uint32_t credit_pending;
 	uint32_t recvs;           /* rendezvous receives in flight */
+	struct arrival *arr;      /* [narr] ring: head .. tail */
+	uint32_t narr;
+	uint64_t head, tail;
 	uint64_t *mask_tmp;
 	pthread_t th;
 	bool has_th;
@@ -120,7 +132,7 @@ static ucs_status_t on_end(void *arg, const void *hdr, size_t hlen, void *data, 
 }
 
 /* The block's samples are in its buffer: to the local subscriptions. */
-static void deliver(struct pdma_consume *c, struct pdma_blk *b)
+static void publish(struct pdma_consume *c, struct pdma_blk *b)
 {
 	struct pdma_blocks *bl = c->bl;
 	uint32_t n;
@@ -137,7 +149,38 @@ static void deliver(struct pdma_consume *c, struct pdma_blk *b)
 	c->st.bytes += b->pub.nsamples * 4;
 	c->st.gap_packets += b->pub.gaps;
 	pthread_mutex_unlock(&c->lock);
-	c->credit_pending++;
+}
+
+/* Every block whose predecessors are all in: published in arrival order. */
+static void flush_arrivals(struct pdma_consume *c)
+{
+	while (c->head < c->tail && c->arr[c->head % c->narr].done) {
+		struct arrival *a = &c->arr[c->head % c->narr];
+
+		if (a->b)
+			publish(c, a->b);
+		a->b = NULL;
+		a->done = false;
+		c->head++;
+		c->credit_pending++;
+	}
+}
+
+/* A place in arrival order: -EPROTO when the forwarder sent more blocks
+ * than it had credits for. */
+static int arrive(struct pdma_consume *c, uint64_t *slot)
+{
+	if (c->tail - c->head == c->narr)
+		return -EPROTO;
+	*slot = c->tail++;
+	return 0;
+}
+
+static void arrived(struct pdma_consume *c, uint64_t slot, struct pdma_blk *b)
+{
+	c->arr[slot % c->narr].b = b;
+	c->arr[slot % c->narr].done = true;
+	flush_arrivals(c);
 }
 
 static void recv_done(void *req, ucs_status_t status, size_t length, void *user)
@@ -151,8 +194,9 @@ static void recv_done(void *req, ucs_status_t status, size_t length, void *user)
 		pdma_blocks_put_buf(c->bl, r->b);
 		pthread_mutex_unlock(&c->bl->lock);
 		fail(c, status != UCS_OK ? pdma_ucx_errno(status) : -EPROTO);
+		arrived(c, r->slot, NULL);
 	} else {
-		deliver(c, r->b);
+		arrived(c, r->slot, r->b);
 	}
 	free(r);
 	if (req)
@@ -197,9 +241,10 @@ static ucs_status_t on_block(void *arg, const void *hdr, size_t hlen, void *data
 	struct pdma_block h = { 0 };
 	struct pdma_blk *b;
 	uint32_t idx;
+	uint64_t slot;
 
 	if (!c->bl || pdma_fwd_block_get(hdr, hlen, c->B, c->max_payload, &h, c->mask_tmp) ||
-	    len != h.nsamples * 4 || !asked(c, h.stream_id)) {
+	    len != h.nsamples * 4 || !asked(c, h.stream_id) || arrive(c, &slot)) {
 		/* a forwarder that breaks the protocol: nothing it sends is
 		 * trusted from here on */
 		if (rndv)
@@ -222,7 +267,7 @@ static ucs_status_t on_block(void *arg, const void *hdr, size_t hlen, void *data
 		pthread_mutex_lock(&c->lock);
 		c->st.local_drops++;
 		pthread_mutex_unlock(&c->lock);
-		c->credit_pending++;
+		arrived(c, slot, NULL);
 		return UCS_OK;
 	}
 	/* the public view: the forwarder's metadata, this buffer's memory */
@@ -236,7 +281,7 @@ static ucs_status_t on_block(void *arg, const void *hdr, size_t hlen, void *data
 	b->pub.cuda_event = NULL;
 	if (!rndv) {
 		memcpy(buf, data, len);
-		deliver(c, b);
+		arrived(c, slot, b);
 		return UCS_OK;
 	}
 	struct recv_ctx *r = malloc(sizeof(*r));
@@ -249,11 +294,12 @@ static ucs_status_t on_block(void *arg, const void *hdr, size_t hlen, void *data
 		pdma_blocks_put_buf(c->bl, b);
 		pthread_mutex_unlock(&c->bl->lock);
 		fail(c, -ENOMEM);
+		arrived(c, slot, NULL);
 		return UCS_OK;
 	}
 	r->c = c;
 	r->b = b;
-	r->idx = idx;
+	r->slot = slot;
 	p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
 	p.cb.recv_am = recv_done;
 	p.user_data = r;
@@ -470,7 +516,10 @@ int pdma_consume_open_faults(const struct pdma_consume_attr *a, const struct pdm
 	cfg.bytes_per_sample = 4;
 	cfg.sample_rate = c->rate;
 	c->mask_tmp = calloc((c->B + 63) / 64, sizeof(uint64_t));
-	ret = c->mask_tmp ? pdma_blocks_open(&c->bl, &cfg, c->B, 0, a->pool_blocks, NULL, NULL) : -ENOMEM;
+	/* blocks in flight are at most the credits granted */
+	c->narr = a->pool_blocks;
+	c->arr = calloc(c->narr, sizeof(*c->arr));
+	ret = c->mask_tmp && c->arr ? pdma_blocks_open(&c->bl, &cfg, c->B, 0, a->pool_blocks, NULL, NULL) : -ENOMEM;
 	if (ret) {
 		if (msg)
 			snprintf(msg, msglen, "blocks for %u packets of %u bytes: %s", c->B, c->max_payload,
@@ -561,6 +610,7 @@ void pdma_consume_close(struct pdma_consume *c)
 		pdma_blocks_close(c->bl, NULL, NULL);
 	}
 	free(c->mask_tmp);
+	free(c->arr);
 	free(c->ids);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
