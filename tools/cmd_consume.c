@@ -54,11 +54,12 @@ static const struct option consume_opts_tab[] = {
 };
 
 static const char consume_usage[] =
-	"usage: peerdma consume --connect ADDR:PORT [OPTIONS]\n"
+	"usage: peerdma consume [OPTIONS]\n"
 	"Receive sample blocks from a peerdma forward over UCX: the same blocks, tags,\n"
 	"gaps and context as a local subscriber gets. Ends when the forwarder's session\n"
 	"ends (exit 0) or the forwarder goes away (exit 1).\n\n"
-	"      --connect A:P     the forwarder's UCX listener (peerdma forward prints it)\n"
+	"      --connect A:P     the forwarder's UCX listener (default 127.0.0.1:4992,\n"
+	"                        peerdma forward's; it prints the one it has)\n"
 	"      --streams IDS     stream IDs, comma-separated (default: every stream)\n"
 	"      --name NAME       this consumer's name (default consumer); a consumer that\n"
 	"                        restarts under its name takes its place again\n"
@@ -103,10 +104,11 @@ static int parse(int argc, char **argv, struct consume_opts *c)
 {
 	static const char *const policies[] = { "drop-oldest", "backpressure", NULL };
 	struct pdma_opt o;
-	bool have_connect = false;
 	int v, k, bad = 0;
 
 	memset(c, 0, sizeof(*c));
+	strcpy(c->host, "127.0.0.1");
+	c->port = 4992; /* peerdma forward's default */
 	c->name = "consumer";
 	c->prefix = "rec";
 	c->pool_blocks = 16;
@@ -118,7 +120,6 @@ static int parse(int argc, char **argv, struct consume_opts *c)
 		switch (v) {
 		case O_CONNECT:
 			bad = pdma_opt_ipv4_port(&o, c->host, &c->port);
-			have_connect = !bad;
 			break;
 		case O_STREAMS: bad = parse_streams(&o, c); break;
 		case O_NAME:
@@ -153,8 +154,6 @@ static int parse(int argc, char **argv, struct consume_opts *c)
 		return 2;
 	if (pdma_opt_end(&o, argc, argv))
 		return 2;
-	if (!have_connect)
-		return pdma_opt_fail(&o, "--connect ADDR:PORT is required");
 	return 0;
 }
 

@@ -45,7 +45,7 @@ static const char forward_usage[] =
 	"ADDR:PORT\" and how GPU blocks go (directly, or staged through host memory where\n"
 	"the installed UCX has no CUDA memory type).\n\n"
 	"      --listen ADDR     IPv4 address for the consumers (default 0.0.0.0)\n"
-	"      --fwd-port N      UCX listener port (default 0: ephemeral, printed)\n"
+	"      --fwd-port N      UCX listener port (default 4992; 0: ephemeral, printed)\n"
 	"      --stall-ms MS     drop a consumer without credit this long (default 5000;\n"
 	"                        0: never)\n"
 	"      --stage           stage host blocks through the staging buffers too\n"
@@ -186,6 +186,7 @@ static void forward_init(struct forward *w, struct pdma_ingest_ext *x)
 {
 	memset(w, 0, sizeof(*w));
 	pdma_fwd_attr_init(&w->fa);
+	w->fa.port = 4992; /* beside gen's and ingest's 4991: where consume looks */
 	w->block_packets = 64;
 	/* room for every consumer's credits in flight (8 each) besides the
 	 * forwarder's queue (16): a stalled consumer holds only its own */

@@ -13,8 +13,10 @@
 #            wrong protocol version (each: a clear refusal), and a consumer
 #            that never grants a credit (dropped after --stall-ms): the good
 #            consumer beside them gets every sample
-# With NETNS=1 (tests/forward/netns-test.sh) FWD_ADDR and the RUN_* prefixes
-# put the forwarder and each consumer in their own network namespace.
+# tests/forward/netns-test.sh runs it with the forwarder (and gen) and each
+# consumer in a network namespace of its own: RUN_FWD, RUN_A, RUN_B prefix
+# their commands (ip netns exec NAME), LISTEN is the forwarder's UCX address,
+# CONN_A and CONN_B the addresses the consumers reach it at.
 # usage: tests/forward/forward-test.sh PEERDMA_TOOL [split|kill|bad]...
 set -euo pipefail
 tool=$1
@@ -23,9 +25,12 @@ cases=${*:-split kill bad}
 src=$(cd "$(dirname "$0")" && pwd)
 check=$src/../record/sigmf_check.py
 export UCX_TLS=${UCX_TLS:-tcp}
-# the address the forwarder listens on and consumers connect to, and how
-# each side runs (netns-test.sh: ip netns exec NAME)
-addr=${FWD_ADDR:-127.0.0.1}
+# ingest's UDP address (gen sends there), the forwarder's UCX listener, the
+# addresses consumers a and b connect to, and how each side runs
+addr=127.0.0.1
+listen=${LISTEN:-127.0.0.1}
+conn_a=${CONN_A:-$listen}
+conn_b=${CONN_B:-$listen}
 run_fwd=${RUN_FWD:-}
 run_a=${RUN_A:-}
 run_b=${RUN_B:-}
@@ -59,22 +64,22 @@ wait_for() {
 
 # start_fwd NAME [OPTIONS]: the forwarder; sets fpid, uport (UDP), fport (UCX)
 start_fwd() {
-	$run_fwd "$tool" forward --bind "$addr" --port 0 --listen "$addr" --idle 1500 --json "$d/fwd.json" \
+	$run_fwd "$tool" forward --bind "$addr" --port 0 --listen "$listen" --fwd-port 0 --idle 1500 --json "$d/fwd.json" \
 		"$@" 2>"$d/fwd.err" &
 	fpid=$!
 	pids+=("$fpid")
 	wait_for "$d/fwd.err" "listening on $addr:[0-9]+" "$fpid" || fail "forward did not start"
 	uport=$(grep -oE "listening on $addr:[0-9]+" "$d/fwd.err" | cut -d: -f2)
-	fport=$(grep -oE "UCX listener on $addr:[0-9]+" "$d/fwd.err" | cut -d: -f2)
+	fport=$(grep -oE "UCX listener on $listen:[0-9]+" "$d/fwd.err" | cut -d: -f2)
 	[ -n "$fport" ] || fail "no UCX listener line"
 }
 
-# start_consumer VAR RUN NAME STREAMS [OPTIONS]: a consumer writing $d/NAME/
+# start_consumer VAR RUN ADDR NAME STREAMS [OPTIONS]: a consumer writing $d/NAME/
 start_consumer() {
-	local var=$1 run=$2 name=$3 streams=$4 p
-	shift 4
+	local var=$1 run=$2 caddr=$3 name=$4 streams=$5 p
+	shift 5
 	mkdir -p "$d/$name"
-	$run "$tool" consume --connect "$addr:$fport" --name "$name" --streams "$streams" \
+	$run "$tool" consume --connect "$caddr:$fport" --name "$name" --streams "$streams" \
 		--dir "$d/$name" --prefix cap --no-sync --json "$d/$name.json" "$@" 2>>"$d/$name.err" &
 	p=$!
 	pids+=("$p")
@@ -117,8 +122,8 @@ split() {
 	if [ "$mode" = stage ]; then
 		grep -q 'staged through host memory (--stage)' "$d/fwd.err" || fail "no staging line"
 	fi
-	start_consumer ca "$run_a" a 0x1000,0x1001
-	start_consumer cb "$run_b" b 0x1002,0x1003
+	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
+	start_consumer cb "$run_b" "$conn_b" b 0x1002,0x1003
 	gen --streams 4 --packets 3000 --loss 10 --loss-burst 2 --dup 10 --reorder 10 --rate 40000
 	wait "$fpid" || fail "forward failed"
 	wait "$ca" || fail "consumer a failed"
@@ -138,8 +143,8 @@ kill_one() {
 	d=$tmp/kill
 	mkdir -p "$d"
 	start_fwd
-	start_consumer ca "$run_a" a 0x1000,0x1001
-	start_consumer cb "$run_b" b 0x1002,0x1003
+	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
+	start_consumer cb "$run_b" "$conn_b" b 0x1002,0x1003
 	gen --streams 4 --packets 12000 --loss 5 --rate 8000 &
 	local gp=$!
 	pids+=("$gp")
@@ -154,7 +159,7 @@ kill_one() {
 	# and comes back under its name (its data to a directory of its own)
 	mv "$d/b" "$d/b-first"
 	mv "$d/b.err" "$d/b-first.err"
-	start_consumer cb "$run_b" b 0x1002,0x1003
+	start_consumer cb "$run_b" "$conn_b" b 0x1002,0x1003
 	wait "$gp" || fail "gen failed"
 	wait "$fpid" || fail "forward failed"
 	wait "$ca" || fail "consumer a failed"
@@ -176,7 +181,7 @@ bad() {
 	mkdir -p "$d"
 	start_fwd --stall-ms 1000
 	# garbage on the listener's TCP socket
-	$run_a "$py" - "$addr" "$fport" <<'PY' || fail "garbage connection"
+	$run_a "$py" - "$conn_a" "$fport" <<'PY' || fail "garbage connection"
 import os, socket, sys
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
 s.sendall(os.urandom(4096))
@@ -184,18 +189,18 @@ s.close()
 PY
 	# a HELLO of random bytes, another protocol version: refused, said so
 	mkdir -p "$d/g" "$d/v"
-	if $run_a "$tool" consume --connect "$addr:$fport" --name g --test-garbage-hello 2>"$d/g.err"; then
+	if $run_a "$tool" consume --connect "$conn_a:$fport" --name g --test-garbage-hello 2>"$d/g.err"; then
 		fail "a garbage HELLO was accepted"
 	fi
 	grep -q 'refused: malformed HELLO' "$d/g.err" || fail "garbage HELLO: no clear refusal"
-	if $run_a "$tool" consume --connect "$addr:$fport" --name v --test-version 2 2>"$d/v.err"; then
+	if $run_a "$tool" consume --connect "$conn_a:$fport" --name v --test-version 2 2>"$d/v.err"; then
 		fail "protocol version 2 was accepted"
 	fi
 	grep -q 'protocol version 2 refused: this forwarder speaks 1' "$d/v.err" ||
 		fail "version 2: no clear refusal"
 	# a consumer that never grants a credit, on the good one's streams
-	start_consumer cs "$run_b" s 0x1000,0x1001 --test-no-credits
-	start_consumer ca "$run_a" a 0x1000,0x1001
+	start_consumer cs "$run_b" "$conn_b" s 0x1000,0x1001 --test-no-credits
+	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
 	gen --streams 2 --packets 8000 --loss 5 --rate 6000
 	wait "$fpid" || fail "forward failed"
 	wait "$ca" || fail "consumer a failed"
