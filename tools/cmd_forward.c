@@ -21,7 +21,7 @@ struct forward {
 	struct pdma_fwd *f;
 };
 
-enum { O_LISTEN = 256, O_FWD_PORT, O_STALL, O_STAGE, O_BLOCK_PACKETS, O_POOL_BLOCKS, O_LATE_BLOCKS,
+enum { O_LISTEN = 256, O_FWD_PORT, O_STALL, O_STAGE, O_CREDITS, O_BLOCK_PACKETS, O_POOL_BLOCKS, O_LATE_BLOCKS,
        O_FLUSH_IDLE };
 
 static const struct option forward_opts[] = {
@@ -29,6 +29,7 @@ static const struct option forward_opts[] = {
 	{ "fwd-port", required_argument, NULL, O_FWD_PORT },
 	{ "stall-ms", required_argument, NULL, O_STALL },
 	{ "stage", no_argument, NULL, O_STAGE },
+	{ "credits", required_argument, NULL, O_CREDITS },
 	{ "block-packets", required_argument, NULL, O_BLOCK_PACKETS },
 	{ "pool-blocks", required_argument, NULL, O_POOL_BLOCKS },
 	{ "late-blocks", required_argument, NULL, O_LATE_BLOCKS },
@@ -49,6 +50,8 @@ static const char forward_usage[] =
 	"      --stall-ms MS     drop a consumer without credit this long (default 5000;\n"
 	"                        0: never)\n"
 	"      --stage           stage host blocks through the staging buffers too\n"
+	"      --credits N       blocks in flight per consumer at most (default 16); the\n"
+	"                        pool must hold 16 + N per consumer of a stream\n"
 	"      --block-packets N packets per block (default 64)\n"
 	"      --pool-blocks N   blocks per stream in flight, queued or held (default 64)\n"
 	"      --late-blocks N   blocks a packet may arrive late (default 1)\n"
@@ -72,6 +75,7 @@ static int forward_opt(void *arg, const struct pdma_opt *o, int val)
 		return e;
 	case O_STALL: return pdma_opt_u32(o, 0, 3600000, &w->fa.stall_ms);
 	case O_STAGE: w->fa.stage = true; return 0;
+	case O_CREDITS: return pdma_opt_u32(o, 1, 4096, &w->fa.max_credits);
 	case O_BLOCK_PACKETS: return pdma_opt_u32(o, 1, 65536, &w->block_packets);
 	case O_POOL_BLOCKS: return pdma_opt_u32(o, 2, 4096, &w->pool_blocks);
 	case O_LATE_BLOCKS: return pdma_opt_u32(o, 0, 64, &w->late_blocks);
@@ -84,6 +88,9 @@ static int forward_check(void *arg, const struct pdma_opt *o, const struct pdma_
 {
 	struct forward *w = arg;
 
+	if (w->pool_blocks < 16 + w->fa.max_credits)
+		return pdma_opt_fail(o, "--pool-blocks (%u) must hold 16 + --credits (%u)", w->pool_blocks,
+				     w->fa.max_credits);
 	if (c->dfr.out_pkts % w->block_packets ||
 	    (uint64_t)(w->late_blocks + 2) * w->block_packets > c->dfr.out_pkts)
 		return pdma_opt_fail(o, "--out-packets (%u) must be a multiple of --block-packets "
@@ -188,8 +195,9 @@ static void forward_init(struct forward *w, struct pdma_ingest_ext *x)
 	pdma_fwd_attr_init(&w->fa);
 	w->fa.port = 4992; /* beside gen's and ingest's 4991: where consume looks */
 	w->block_packets = 64;
-	/* room for every consumer's credits in flight (8 each) besides the
-	 * forwarder's queue (16): a stalled consumer holds only its own */
+	/* room for the forwarder's queue (16) and the blocks in flight to
+	 * three consumers of a stream (16 each): a dead consumer's hold only
+	 * its own (forward.h, max_credits) */
 	w->pool_blocks = 64;
 	w->late_blocks = 1;
 	w->flush_idle_ms = 100;

@@ -39,6 +39,12 @@ struct pdma_fwd_attr {
 	uint32_t stall_ms;      /* drop a consumer without credit this long (default 5000; 0: never) */
 	bool stage;             /* stage host blocks too (GPU blocks are staged where UCX has no CUDA) */
 	uint32_t stage_buffers; /* staging buffers (default 64) */
+	/* blocks in flight to one consumer, at most, whatever it grants
+	 * (default 16). Each holds a buffer of its stream's pool until its send
+	 * completes: the session's pool_blocks must hold the forwarder's queue
+	 * (16) and max_credits for every consumer of a stream, or a dead
+	 * consumer's sends (until UCX reports it) hold up the others. */
+	uint32_t max_credits;
 };
 
 struct pdma_fwd_stats {

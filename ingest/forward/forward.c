@@ -24,7 +24,6 @@
 
 #define FWD_MAX_CONSUMERS 64
 #define FWD_HELLO_MS 5000   /* a connection's HELLO must come within this */
-#define FWD_MAX_CREDITS 8   /* blocks in flight per consumer, at most */
 
 enum cstate { C_EMPTY, C_CONNECTING, C_LIVE, C_GONE };
 
@@ -87,6 +86,7 @@ void pdma_fwd_attr_init(struct pdma_fwd_attr *a)
 	a->addr = "0.0.0.0";
 	a->stall_ms = 5000;
 	a->stage_buffers = 64;
+	a->max_credits = 16;
 }
 
 static struct fwd_consumer *by_ep(struct pdma_fwd *f, ucp_ep_h ep)
@@ -314,7 +314,7 @@ static ucs_status_t on_hello(void *arg, const void *hdr, size_t hlen, void *data
 	slot->st.live = true;
 	slot->st.connects++;
 	slot->st.stalled = false;
-	slot->credits = h.credits < FWD_MAX_CREDITS ? h.credits : FWD_MAX_CREDITS;
+	slot->credits = h.credits < f->a.max_credits ? h.credits : f->a.max_credits;
 	slot->inflight = 0;
 	slot->no_credit_since = 0;
 	snprintf(slot->st.name, sizeof(slot->st.name), "%s", h.name);
@@ -349,7 +349,7 @@ static ucs_status_t on_credit(void *arg, const void *hdr, size_t hlen, void *dat
 		} else {
 			/* never more than the cap in flight, whatever it says */
 			uint64_t t = (uint64_t)c->credits + n;
-			c->credits = t > FWD_MAX_CREDITS ? FWD_MAX_CREDITS : (uint32_t)t;
+			c->credits = t > f->a.max_credits ? f->a.max_credits : (uint32_t)t;
 			c->no_credit_since = 0;
 		}
 	}
@@ -614,7 +614,7 @@ int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct
 	if (msg && msglen)
 		msg[0] = 0;
 	if (!ing || !a || a->size < sizeof(*a) || !out || inet_pton(AF_INET, a->addr, &sin.sin_addr) != 1 ||
-	    (a->stage && !a->stage_buffers)) {
+	    (a->stage && !a->stage_buffers) || !a->max_credits) {
 		if (msg)
 			snprintf(msg, msglen, "bad forwarder attributes (address?)");
 		return -EINVAL;
