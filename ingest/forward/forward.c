@@ -18,9 +18,10 @@
 #include <string.h>
 
 #include "blocks/blocks.h"
+#include "cuda/api.h"
+#include "forward/forward_int.h"
 #include "forward/ucx.h"
 #include "forward/wire.h"
-#include "peerdma/forward.h"
 
 #define FWD_MAX_CONSUMERS 64
 #define FWD_HELLO_MS 5000   /* a connection's HELLO must come within this */
@@ -54,7 +55,6 @@ struct fwd_send {
 
 struct pdma_fwd {
 	struct pdma_fwd_attr a;
-	struct pdma_ingest *ing;
 	struct pdma_sub *sub;
 	struct pdma_blocks *bl;
 	struct pdma_ucx u;
@@ -66,7 +66,12 @@ struct pdma_fwd {
 	void *stage_mem;
 	ucp_mem_h stage_memh;
 	struct stage_buf *stage_free, *stage_all;
-	char desc[320];
+	size_t stage_len;
+	const struct pdma_cu_api *cu;  /* the staging buffers pinned by CUDA: D2H at the copy engines' rate */
+	pdma_cu_device cu_dev;
+	pdma_cu_ctx cu_ctx;
+	char stage_pin[96];            /* how they are pinned, for the description */
+	char desc[480];
 	pthread_mutex_t lock;     /* the consumer table and stats (readers) */
 	struct fwd_consumer c[FWD_MAX_CONSUMERS];
 	uint32_t nc;              /* slots used so far (high mark) */
@@ -589,8 +594,52 @@ static void *fwd_main(void *arg)
 	return NULL;
 }
 
+/* GPU blocks are copied into the staging buffers (pdma_block_read): pinned
+ * with cuMemHostRegister, that copy runs at the copy engines' rate rather
+ * than through the driver's own bounce buffer. */
+static void stage_pin(struct pdma_fwd *f)
+{
+	const struct pdma_cu_api *cu;
+	pdma_cu_ctx c;
+	pdma_cu_result r;
+	char m[64];
+
+	if (pdma_cu_get(&cu, m, sizeof(m))) {
+		snprintf(f->stage_pin, sizeof(f->stage_pin), "pageable (no CUDA driver: %s)", m);
+		return;
+	}
+	r = cu->DeviceGet(&f->cu_dev, f->bl->mem.device);
+	if (r == PDMA_CU_SUCCESS)
+		r = cu->DevicePrimaryCtxRetain(&f->cu_ctx, f->cu_dev);
+	if (r == PDMA_CU_SUCCESS) {
+		if (cu->CtxPushCurrent(f->cu_ctx) == PDMA_CU_SUCCESS) {
+			r = cu->MemHostRegister(f->stage_mem, f->stage_len, PDMA_CU_MEMHOSTREGISTER_PORTABLE);
+			cu->CtxPopCurrent(&c);
+		}
+		if (r != PDMA_CU_SUCCESS)
+			cu->DevicePrimaryCtxRelease(f->cu_dev);
+	}
+	if (r != PDMA_CU_SUCCESS) {
+		snprintf(f->stage_pin, sizeof(f->stage_pin), "pageable (cuMemHostRegister: %s)",
+			 pdma_cu_errname(r));
+		return;
+	}
+	f->cu = cu;
+	snprintf(f->stage_pin, sizeof(f->stage_pin), "pinned by cuMemHostRegister");
+}
+
 static void stage_free_all(struct pdma_fwd *f)
 {
+	if (f->cu) {
+		pdma_cu_ctx c;
+
+		if (f->cu->CtxPushCurrent(f->cu_ctx) == PDMA_CU_SUCCESS) {
+			f->cu->MemHostUnregister(f->stage_mem);
+			f->cu->CtxPopCurrent(&c);
+		}
+		f->cu->DevicePrimaryCtxRelease(f->cu_dev);
+		f->cu = NULL;
+	}
 	if (f->stage_memh)
 		ucp_mem_unmap(f->u.ctx, f->stage_memh);
 	free(f->stage_mem);
@@ -600,11 +649,14 @@ static void stage_free_all(struct pdma_fwd *f)
 	f->stage_all = NULL;
 }
 
-int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct pdma_fwd **out,
-		  char *msg, size_t msglen)
+/* The forwarder on a subscription of its own (backpressure): the session's
+ * (pdma_fwd_open), or any blocks layer's (bench/forward: a source of
+ * synthetic blocks). It takes the subscription over: pdma_fwd_close closes
+ * it, and so does a failure here. */
+int pdma_fwd_open_sub(struct pdma_sub *sub, const struct pdma_fwd_attr *a, struct pdma_fwd **out,
+		      char *msg, size_t msglen)
 {
 	struct pdma_fwd *f;
-	struct pdma_sub_attr sa;
 	ucp_listener_params_t lp = { 0 };
 	ucp_listener_attr_t la = { 0 };
 	ucp_am_handler_param_t hp = { 0 };
@@ -613,33 +665,23 @@ int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct
 
 	if (msg && msglen)
 		msg[0] = 0;
-	if (!ing || !a || a->size < sizeof(*a) || !out || inet_pton(AF_INET, a->addr, &sin.sin_addr) != 1 ||
-	    (a->stage && !a->stage_buffers) || !a->max_credits) {
+	if (!sub || !a || a->size < sizeof(*a) || !out || !a->addr ||
+	    inet_pton(AF_INET, a->addr, &sin.sin_addr) != 1 || (a->stage && !a->stage_buffers) ||
+	    !a->max_credits) {
 		if (msg)
 			snprintf(msg, msglen, "bad forwarder attributes (address?)");
+		pdma_sub_close(sub);
 		return -EINVAL;
 	}
 	f = calloc(1, sizeof(*f));
-	if (!f)
+	if (!f) {
+		pdma_sub_close(sub);
 		return -ENOMEM;
+	}
 	f->a = *a;
-	f->ing = ing;
 	f->efd = -1;
 	pthread_mutex_init(&f->lock, NULL);
-	pdma_sub_attr_init(&sa);
-	/* the forwarder keeps what the session publishes: when the network
-	 * falls behind, the loss is at the socket, counted there. Per
-	 * consumer it never waits (credits). */
-	sa.policy = PDMA_SUB_BACKPRESSURE;
-	sa.depth = 16;
-	ret = pdma_ingest_subscribe(ing, &sa, &f->sub);
-	if (ret) {
-		if (msg)
-			snprintf(msg, msglen, "subscribing to the session: %s (blocks enabled?)",
-				 strerror(-ret));
-		free(f);
-		return ret;
-	}
+	f->sub = sub;
 	f->bl = f->sub->bl;
 	ret = pdma_ucx_open(&f->u, msg, msglen);
 	if (ret)
@@ -659,7 +701,8 @@ int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct
 	if (f->stage_gpu || f->a.stage) {
 		uint32_t n = f->a.stage_buffers ? f->a.stage_buffers : 64;
 
-		f->stage_mem = aligned_alloc(4096, (n * f->bl->buf_bytes + 4095) / 4096 * 4096);
+		f->stage_len = (n * f->bl->buf_bytes + 4095) / 4096 * 4096;
+		f->stage_mem = aligned_alloc(4096, f->stage_len);
 		f->stage_all = calloc(n, sizeof(*f->stage_all));
 		if (!f->stage_mem || !f->stage_all ||
 		    pdma_ucx_map(&f->u, f->stage_mem, n * f->bl->buf_bytes, UCS_MEMORY_TYPE_HOST,
@@ -674,14 +717,19 @@ int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct
 			f->stage_all[i].next = f->stage_free;
 			f->stage_free = &f->stage_all[i];
 		}
+		if (f->bl->mem.kind != PDMA_BLOCK_HOST)
+			stage_pin(f);
+		else
+			snprintf(f->stage_pin, sizeof(f->stage_pin), "host memory");
 	}
-	snprintf(f->desc, sizeof(f->desc), "%s; blocks in %s memory: %s", f->u.desc,
+	snprintf(f->desc, sizeof(f->desc), "%s; blocks in %s memory: %s%s%s", f->u.desc,
 		 f->bl->mem.kind == PDMA_BLOCK_HOST ? "host" :
 		 f->bl->mem.kind == PDMA_BLOCK_CUDA ? "GPU" : "pinned host",
 		 f->stage_gpu ? "staged through host memory (this UCX has no CUDA memory type)" :
 		 f->a.stage ? "staged through host memory (--stage)" :
 		 f->bl->mem.kind == PDMA_BLOCK_CUDA ? "sent directly from GPU memory (UCX has CUDA)" :
-		 "sent directly from the block buffers");
+		 "sent directly from the block buffers",
+		 f->stage_mem ? ", staging buffers " : "", f->stage_mem ? f->stage_pin : "");
 	f->st.ucx_cuda = f->u.cuda;
 	hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
 			UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -732,6 +780,34 @@ err:
 	pthread_mutex_destroy(&f->lock);
 	free(f);
 	return ret;
+}
+
+int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct pdma_fwd **out,
+		  char *msg, size_t msglen)
+{
+	struct pdma_sub_attr sa;
+	struct pdma_sub *sub;
+	int ret;
+
+	if (!ing || !a || !out) {
+		if (msg)
+			snprintf(msg, msglen, "bad forwarder attributes");
+		return -EINVAL;
+	}
+	pdma_sub_attr_init(&sa);
+	/* the forwarder keeps what the session publishes: when the network
+	 * falls behind, the loss is at the socket, counted there. Per
+	 * consumer it never waits (credits). */
+	sa.policy = PDMA_SUB_BACKPRESSURE;
+	sa.depth = 16;
+	ret = pdma_ingest_subscribe(ing, &sa, &sub);
+	if (ret) {
+		if (msg)
+			snprintf(msg, msglen, "subscribing to the session: %s (blocks enabled?)",
+				 strerror(-ret));
+		return ret;
+	}
+	return pdma_fwd_open_sub(sub, a, out, msg, msglen);
 }
 
 uint16_t pdma_fwd_port(const struct pdma_fwd *f)
