@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "cmd.h"
 #include "forward/consume.h"
@@ -159,6 +160,14 @@ static int parse(int argc, char **argv, struct consume_opts *c)
 
 static volatile sig_atomic_t got_signal;
 
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 static void on_signal(int s)
 {
 	(void)s;
@@ -166,10 +175,13 @@ static void on_signal(int s)
 }
 
 static json_t *summary_json(const struct consume_opts *o, const struct pdma_consume_stats *s,
-			    const struct pdma_sub_stats *ss, struct pdma_sigmf *w)
+			    const struct pdma_sub_stats *ss, struct pdma_sigmf *w, double secs)
 {
 	json_t *j = json_object(), *a = json_array();
 
+	/* first block taken to the last one released */
+	json_object_set_new(j, "seconds", json_real(secs));
+	json_object_set_new(j, "MBps", json_real(secs > 0 ? s->bytes / secs / 1e6 : 0));
 	json_object_set_new(j, "name", json_string(o->name));
 	json_object_set_new(j, "blocks", json_integer((json_int_t)s->blocks));
 	json_object_set_new(j, "bytes", json_integer((json_int_t)s->bytes));
@@ -208,6 +220,8 @@ int pdma_cmd_consume(int argc, char **argv)
 	struct sigaction act = { .sa_handler = on_signal };
 	char msg[256];
 	int ret, status = 0, werr = 0;
+	double t_first = 0, t_last = 0;
+	uint64_t nblocks = 0;
 	struct stat st;
 
 	ret = parse(argc, argv, &o);
@@ -261,9 +275,12 @@ int pdma_cmd_consume(int argc, char **argv)
 			continue;
 		if (ret)
 			break; /* -EPIPE: END (or the forwarder gone), drained */
+		if (!nblocks++)
+			t_first = now_s();
 		if (w && (ret = pdma_sigmf_write(w, b)) && !werr)
 			werr = ret;
 		pdma_block_release(b);
+		t_last = now_s();
 	}
 	pdma_sub_stats(sub, &ss);
 	pdma_sub_close(sub);
@@ -294,7 +311,7 @@ int pdma_cmd_consume(int argc, char **argv)
 		(unsigned long long)ss.overruns, (unsigned long long)s.fwd_dropped_blocks,
 		(unsigned long long)s.fwd_dropped_packets, s.ended ? "ended" : got_signal ? "stopped" : "lost");
 	if (o.json) {
-		json_t *j = summary_json(&o, &s, &ss, w);
+		json_t *j = summary_json(&o, &s, &ss, w, nblocks > 1 ? t_last - t_first : 0);
 
 		if (json_dump_file(j, o.json, JSON_INDENT(2))) {
 			fprintf(stderr, "peerdma consume: cannot write %s\n", o.json);

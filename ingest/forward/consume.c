@@ -386,7 +386,10 @@ static void *consume_main(void *arg)
 	while (!atomic_load(&c->quit) && !done(c)) {
 		unsigned k = pdma_ucx_progress(&c->u);
 
-		send_credits(c);
+		/* credits back in batches while busy (one CREDIT per quarter of
+		 * the grant), at once when idle */
+		if (!k || c->credit_pending >= (c->a.pool_blocks + 3) / 4)
+			send_credits(c);
 		if (!k && ucp_worker_arm(c->u.worker) == UCS_OK)
 			poll(&pfd, 1, 50);
 	}
