@@ -139,11 +139,12 @@ static void ep_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
 	struct pdma_fwd *f = arg;
 	struct fwd_consumer *c;
-	char m[80];
 
 	pthread_mutex_lock(&f->lock);
 	c = by_ep(f, ep);
 	if (c) {
+		char m[80];
+
 		snprintf(m, sizeof(m), "connection lost: %s", ucs_status_string(status));
 		consumer_gone(f, c, m);
 	} else {
