@@ -219,6 +219,7 @@ int pdma_fwd_block_get(const void *buf, size_t len, uint32_t max_packets, uint32
 	if (gaps != b->gaps)
 		return -EPROTO;
 	b->gap_mask = gap_mask;
+	b->mem = (enum pdma_block_mem)mem; /* where the forwarder had it */
 	return 0;
 }
 
