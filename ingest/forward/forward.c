@@ -563,6 +563,11 @@ static void finish(struct pdma_fwd *f)
 
 		if (f->c[i].state != C_LIVE || !f->c[i].ep)
 			continue;
+		/* force: every send, END's too, has completed (or the 10 s are
+		 * up); a flush would wait for a consumer that keeps its end
+		 * open after END */
+		p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+		p.flags = UCP_EP_CLOSE_FLAG_FORCE;
 		pdma_ucx_wait(&f->u, ucp_ep_close_nbx(f->c[i].ep, &p), 2000);
 		f->c[i].ep = NULL;
 		f->c[i].state = C_GONE;

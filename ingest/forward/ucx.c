@@ -26,6 +26,9 @@ int pdma_ucx_errno(ucs_status_t st)
 	case UCS_ERR_TIMED_OUT: return -ETIMEDOUT;
 	case UCS_ERR_CANCELED: return -ECANCELED;
 	case UCS_ERR_CONNECTION_RESET: return -ECONNRESET;
+	/* a client endpoint whose connection the listener refused (or
+	 * nothing listened) */
+	case UCS_ERR_NOT_CONNECTED: return -ECONNREFUSED;
 	case UCS_ERR_ENDPOINT_TIMEOUT: return -ETIMEDOUT;
 	case UCS_ERR_REJECTED: return -ECONNREFUSED;
 	default: return -EIO;
@@ -122,9 +125,9 @@ int pdma_ucx_wait(struct pdma_ucx *u, ucs_status_ptr_t r, int timeout_ms)
 		return pdma_ucx_errno(UCS_PTR_STATUS(r));
 	while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
 		if (!pdma_ucx_progress(u) && pdma_ucx_now() > end) {
-			ucp_request_cancel(u->worker, r);
-			while (ucp_request_check_status(r) == UCS_INPROGRESS)
-				ucp_worker_progress(u->worker);
+			/* not cancelled and waited for: a close waits on the peer,
+			 * which may never answer. Freed, UCX releases it when it
+			 * completes (or at the worker's destruction). */
 			ucp_request_free(r);
 			return -ETIMEDOUT;
 		}

@@ -26,7 +26,7 @@ int pdma_ucx_map(struct pdma_ucx *u, void *p, size_t n, ucs_memory_type_t mt, uc
 /* Progress until nothing more happens; nonzero when something did. */
 unsigned pdma_ucx_progress(struct pdma_ucx *u);
 /* Wait for a request (NULL, an error pointer or a request) with progress,
- * up to timeout_ms: 0, -ETIMEDOUT (cancelled) or -EIO. */
+ * up to timeout_ms: 0, -ETIMEDOUT (the request left to UCX) or -EIO. */
 int pdma_ucx_wait(struct pdma_ucx *u, ucs_status_ptr_t r, int timeout_ms);
 int pdma_ucx_errno(ucs_status_t st);
 double pdma_ucx_now(void);
