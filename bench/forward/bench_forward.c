@@ -11,8 +11,12 @@
  * Prints "bench_forward: UCX listener on 127.0.0.1:PORT", waits for
  * --consumers live consumers, publishes for --seconds, then ends (END to
  * the consumers) and prints one JSON line of the forwarder's counters.
+ * --d2h-peak: instead, the yardstick of the staging path (GPU blocks where
+ * UCX has no CUDA): cuMemcpyDtoH of --size bytes from device memory into
+ * pinned (cuMemAllocHost) and into pageable host memory, for --seconds
+ * each, one JSON line (GB/s); exit 77 without a CUDA device.
  * usage: bench_forward [--size B] [--seconds S] [--streams N] [--port P]
- *        [--consumers K] [--pool N] [--credits N] [--stage]
+ *        [--consumers K] [--pool N] [--credits N] [--stage] [--d2h-peak]
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,6 +25,7 @@
 #include <time.h>
 
 #include "blocks/blocks.h"
+#include "cuda/api.h"
 #include "forward/forward_int.h"
 
 static double now_s(void)
@@ -41,11 +46,73 @@ static int arg_u(int argc, char **argv, int *i, unsigned long long *v)
 	return *end || argv[*i][0] == '-' ? -1 : 0;
 }
 
+/* GB/s of cuMemcpyDtoH of n bytes into dst for about secs; < 0 on error. */
+static double d2h_rate(const struct pdma_cu_api *cu, pdma_cu_ptr src, void *dst, size_t n, double secs)
+{
+	uint64_t k = 0;
+	double t0;
+
+	for (int i = 0; i < 3; i++) /* warm up */
+		if (cu->MemcpyDtoH(dst, src, n) != PDMA_CU_SUCCESS)
+			return -1;
+	t0 = now_s();
+	do {
+		if (cu->MemcpyDtoH(dst, src, n) != PDMA_CU_SUCCESS)
+			return -1;
+		k++;
+	} while (now_s() - t0 < secs);
+	return (double)k * n / (now_s() - t0) / 1e9;
+}
+
+static int d2h_peak(size_t n, double secs)
+{
+	const struct pdma_cu_api *cu;
+	pdma_cu_device dev;
+	pdma_cu_ctx ctx, c;
+	pdma_cu_ptr d = 0;
+	void *pinned = NULL, *pageable = malloc(n);
+	char msg[128];
+	int ret = 1;
+
+	if (pdma_cu_get(&cu, msg, sizeof(msg))) {
+		printf("bench_forward: skipped: no CUDA device (%s)\n", msg);
+		free(pageable);
+		return 77;
+	}
+	if (!pageable || cu->DeviceGet(&dev, 0) != PDMA_CU_SUCCESS ||
+	    cu->DevicePrimaryCtxRetain(&ctx, dev) != PDMA_CU_SUCCESS) {
+		fprintf(stderr, "bench_forward: no CUDA context\n");
+		free(pageable);
+		return 1;
+	}
+	cu->CtxPushCurrent(ctx);
+	if (cu->MemAlloc(&d, n) == PDMA_CU_SUCCESS && cu->MemAllocHost(&pinned, n) == PDMA_CU_SUCCESS &&
+	    cu->MemsetD8(d, 0x5a, n) == PDMA_CU_SUCCESS) {
+		double p = d2h_rate(cu, d, pinned, n, secs), q = d2h_rate(cu, d, pageable, n, secs);
+
+		if (p > 0 && q > 0) {
+			printf("{\"size\": %zu, \"d2h_pinned_GBps\": %.3f, \"d2h_pageable_GBps\": %.3f}\n", n, p,
+			       q);
+			ret = 0;
+		}
+	}
+	if (ret)
+		fprintf(stderr, "bench_forward: a CUDA call failed\n");
+	if (pinned)
+		cu->MemFreeHost(pinned);
+	if (d)
+		cu->MemFree(d);
+	cu->CtxPopCurrent(&c);
+	cu->DevicePrimaryCtxRelease(dev);
+	free(pageable);
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned long long size = 65536, seconds = 5, streams = 1, port = 0, consumers = 1, pool = 64,
 			   credits = 16;
-	bool stage = false;
+	bool stage = false, peak = false;
 	struct pdma_dfr_config cfg = { 0 };
 	struct pdma_blocks *bl;
 	struct pdma_sub_attr sa;
@@ -65,13 +132,13 @@ int main(int argc, char **argv)
 					!strcmp(argv[i], "--pool") ? &pool :
 					!strcmp(argv[i], "--credits") ? &credits : NULL;
 
-		if (!strcmp(argv[i], "--stage")) {
-			stage = true;
+		if (!strcmp(argv[i], "--stage") || !strcmp(argv[i], "--d2h-peak")) {
+			*(argv[i][2] == 's' ? &stage : &peak) = true;
 			continue;
 		}
 		if (!v || arg_u(argc, argv, &i, v)) {
 			fprintf(stderr, "usage: bench_forward [--size B] [--seconds S] [--streams N] [--port P] "
-					"[--consumers K] [--pool N] [--credits N] [--stage]\n");
+					"[--consumers K] [--pool N] [--credits N] [--stage] [--d2h-peak]\n");
 			return 2;
 		}
 	}
@@ -81,6 +148,8 @@ int main(int argc, char **argv)
 				"--streams 1..256, --pool >= 2, --credits >= 1\n");
 		return 2;
 	}
+	if (peak)
+		return d2h_peak((size_t)size, (double)seconds);
 	cfg.max_streams = (uint32_t)streams;
 	cfg.out_pkts = 2;
 	cfg.max_payload = (uint32_t)size;

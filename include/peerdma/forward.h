@@ -53,7 +53,9 @@ struct pdma_fwd_stats {
 	uint64_t blocks_in;       /* taken from the session */
 	uint64_t sent_blocks, sent_bytes;
 	uint64_t dropped_blocks, dropped_packets; /* every consumer's, summed */
-	uint64_t staged_blocks;
+	uint64_t staged_blocks, staged_bytes;
+	double stage_seconds;     /* in the staging copies (pdma_block_read: the D2H copy, after
+				   * the block's event) */
 	uint64_t refused;         /* connections refused (garbage, another version) */
 	bool ucx_cuda;            /* the installed UCX has the CUDA memory type */
 };

@@ -412,6 +412,8 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 			if (!sb && !stage_failed) {
 				sb = f->stage_free;
 				/* the copy (after the block's event) is the staging cost */
+				double t0 = pdma_ucx_now();
+
 				if (!sb || pdma_block_read(b, 0, b->npackets, sb->p)) {
 					sb = NULL;
 					stage_failed = true;
@@ -419,6 +421,8 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 					f->stage_free = sb->next;
 					sb->refs = 0;
 					f->st.staged_blocks++;
+					f->st.staged_bytes += bytes;
+					f->st.stage_seconds += pdma_ucx_now() - t0;
 				}
 			}
 			if (!sb) {

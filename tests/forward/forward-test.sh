@@ -10,14 +10,17 @@
 #            name: the other's streams complete; every block of the session
 #            sent or counted as dropped (gone) for the dead one
 #  bad       garbage bytes to the UCX listener, a HELLO of random bytes, a
-#            wrong protocol version (each: a clear refusal), and a consumer
-#            that never grants a credit (dropped after --stall-ms): the good
-#            consumer beside them gets every sample
+#            wrong protocol version (each: a clear refusal), a consumer
+#            that never grants a credit and one stopped (SIGSTOP) mid-run
+#            (each dropped after --stall-ms): the good consumer beside them
+#            gets every sample
 # tests/forward/netns-test.sh runs it with the forwarder (and gen) and each
 # consumer in a network namespace of its own: RUN_FWD, RUN_A, RUN_B prefix
 # their commands (ip netns exec NAME), LISTEN is the forwarder's UCX address,
 # CONN_A and CONN_B the addresses the consumers reach it at.
-# usage: tests/forward/forward-test.sh PEERDMA_TOOL [split|kill|bad]...
+#  gpu       (not by default: forward_gpu) blocks in GPU memory, staged where
+#            UCX has no CUDA; exit 77 without a CUDA device
+# usage: tests/forward/forward-test.sh PEERDMA_TOOL [split|kill|bad|gpu]...
 set -euo pipefail
 tool=$1
 shift
@@ -200,26 +203,78 @@ PY
 		fail "version 2: no clear refusal"
 	# a consumer that never grants a credit, on the good one's streams
 	start_consumer cs "$run_b" "$conn_b" s 0x1000,0x1001 --test-no-credits
+	# and one that stops reading altogether (SIGSTOP) once it has some blocks
+	start_consumer ct "$run_b" "$conn_b" t 0x1000,0x1001
 	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
-	gen --streams 2 --packets 8000 --loss 5 --rate 6000
+	gen --streams 2 --packets 8000 --loss 5 --rate 6000 &
+	local gp=$!
+	pids+=("$gp")
+	for _ in $(seq 300); do
+		[ -s "$d/t/cap-0x1000.sigmf-data" ] && break
+		sleep 0.1
+	done
+	kill -STOP "$ct"
+	wait "$gp" || fail "gen failed"
 	wait "$fpid" || fail "forward failed"
 	wait "$ca" || fail "consumer a failed"
-	if wait "$cs"; then fail "the stalled consumer was not dropped"; fi
+	kill -CONT "$ct"
+	if wait "$cs"; then fail "the consumer without credits was not dropped"; fi
+	if wait "$ct"; then fail "the stopped consumer was not dropped"; fi
 	sigmf a 0x1000,0x1001 || fail "the good consumer's recordings"
 	json 'c["s"]["stalled"] and c["s"]["sent_blocks"] == 0 and c["s"]["no_credit_blocks"] > 0' ||
 		fail "the stalled consumer's account"
 	json 'c["a"]["no_credit_blocks"] == 0 and c["a"]["sent_blocks"] == f["blocks_in"] and f["refused"] >= 2' ||
 		fail "the good consumer's account"
 	grep -q "consumer 's': no credit for 1000 ms: dropped" "$d/fwd.err" || fail "no stall line"
+	json 'c["t"]["stalled"] and 0 < c["t"]["sent_blocks"] < f["blocks_in"] and c["t"]["no_credit_blocks"] > 0' ||
+		fail "the stopped consumer's account"
 	echo "forward-test: bad: passed (refused $(grep -c 'a consumer:' "$d/fwd.err") HELLOs; stalled consumer dropped)"
 }
 
+# GPU blocks (--path host-staged: the session's pools in GPU memory): sent
+# directly where UCX has the CUDA memory type, else staged through pinned
+# host buffers, which forward says; the bytes checked as in split. 77
+# without a CUDA device.
+gpu() {
+	d=$tmp/gpu
+	mkdir -p "$d"
+	$run_fwd "$tool" forward --path host-staged --bind "$addr" --port 0 --listen "$listen" \
+		--fwd-port 0 --idle 1500 --json "$d/fwd.json" 2>"$d/fwd.err" &
+	fpid=$!
+	pids+=("$fpid")
+	if ! wait_for "$d/fwd.err" "listening on $addr:[0-9]+" "$fpid"; then
+		if grep -q 'needs a CUDA device' "$d/fwd.err"; then
+			echo "forward-test: gpu: skipped: no CUDA device"
+			return 77
+		fi
+		fail "forward --path host-staged did not start"
+	fi
+	uport=$(grep -oE "listening on $addr:[0-9]+" "$d/fwd.err" | cut -d: -f2)
+	fport=$(grep -oE "UCX listener on $listen:[0-9]+" "$d/fwd.err" | cut -d: -f2)
+	grep -E 'blocks in GPU memory: (staged through host memory \(this UCX has no CUDA memory type\)|sent directly from GPU memory)' \
+		"$d/fwd.err" || fail "no line saying how GPU blocks go"
+	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
+	gen --streams 2 --packets 4000 --loss 10 --loss-burst 2 --dup 10 --reorder 10 --rate 40000
+	wait "$fpid" || fail "forward failed"
+	wait "$ca" || fail "consumer a failed"
+	sigmf a 0x1000,0x1001 || fail "consumer a's recordings of GPU blocks"
+	json 'a["gap_packets"] == streams[0x1000]["lost"] + streams[0x1001]["lost"] > 0' || fail "a's gaps"
+	json 'f["dropped_blocks"] == 0 and f["sent_blocks"] == f["blocks_in"] == a["blocks"]' || fail "accounting"
+	json 'f["ucx_cuda"] or f["staged_blocks"] == f["blocks_in"]' || fail "not every GPU block staged"
+	echo "forward-test: gpu: passed ($(grep -o 'blocks in GPU memory: [^;]*' "$d/fwd.err"); staging $("$py" -c \
+		'import json,sys; f=json.load(open(sys.argv[1]))["forward"]; print("%.2f GB/s, %d blocks" % (f["stage_GBps"], f["staged_blocks"]))' \
+		"$d/fwd.json"))"
+}
+
+st=0
 for c in $cases; do
 	case $c in
 	split) split direct; split stage ;;
 	kill) kill_one ;;
 	bad) bad ;;
+	gpu) gpu || st=$? ;;
 	*) echo "forward-test: unknown case $c"; exit 2 ;;
 	esac
 done
+[ "$st" = 0 ] || exit "$st"
 echo "forward-test: passed"
