@@ -158,14 +158,18 @@ static void conn_request(ucp_conn_request_h req, void *arg)
 	struct pdma_fwd *f = arg;
 	ucp_ep_params_t ep = { 0 };
 	struct fwd_consumer *c = NULL;
+	ucp_ep_h h;
 
 	pthread_mutex_lock(&f->lock);
 	for (uint32_t i = 0; i < FWD_MAX_CONSUMERS && !c; i++)
-		if (f->c[i].state == C_EMPTY)
+		if (f->c[i].state == C_EMPTY && !f->c[i].ep)
 			c = &f->c[i];
-	if (!c) {
+	if (!c)
 		f->st.refused++;
-		pthread_mutex_unlock(&f->lock);
+	pthread_mutex_unlock(&f->lock);
+	/* UCX calls without f->lock: UCX holds its own lock around the
+	 * callbacks that take it (ep_err) */
+	if (!c) {
 		ucp_listener_reject(f->listener, req);
 		return;
 	}
@@ -175,12 +179,16 @@ static void conn_request(ucp_conn_request_h req, void *arg)
 	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
 	ep.err_handler.cb = ep_err;
 	ep.err_handler.arg = f;
-	if (ucp_ep_create(f->u.worker, &ep, &c->ep) != UCS_OK) {
+	if (ucp_ep_create(f->u.worker, &ep, &h) != UCS_OK) {
+		pthread_mutex_lock(&f->lock);
 		f->st.refused++;
 		pthread_mutex_unlock(&f->lock);
 		return;
 	}
+	/* only this thread fills slots: c is still free */
+	pthread_mutex_lock(&f->lock);
 	memset(&c->st, 0, sizeof(c->st));
+	c->ep = h;
 	c->state = C_CONNECTING;
 	c->refusing = false;
 	c->since = pdma_ucx_now();
