@@ -54,6 +54,8 @@ struct pdma_fwd_stats {
 	uint64_t sent_blocks, sent_bytes;
 	uint64_t dropped_blocks, dropped_packets; /* every consumer's, summed */
 	uint64_t staged_blocks, staged_bytes;
+	uint64_t stage_drops;     /* blocks not sent: no staging buffer free (or the copy
+				   * failed); counted as no_credit for their consumers */
 	double stage_seconds;     /* in the staging copies (pdma_block_read: the D2H copy, after
 				   * the block's event) */
 	uint64_t refused;         /* connections refused (garbage, another version) */

@@ -434,6 +434,7 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 				}
 			}
 			if (!sb) {
+				f->st.stage_drops++;
 				drop_for(c, b, false, now);
 				continue;
 			}
