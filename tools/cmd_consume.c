@@ -77,7 +77,8 @@ static const char consume_usage[] =
 	"      --no-sync         no fdatasync before the recordings' metadata\n"
 	"  -q, --quiet           no per-stream lines\n"
 	"For the tests of a forwarder's defences: --test-version N (HELLO with protocol\n"
-	"version N), --test-no-credits (never grant a credit), --test-garbage-hello.\n"
+	"version N), --test-no-credits (grant the pool at start, never return a credit),\n"
+	"--test-garbage-hello.\n"
 	"UCX's own settings apply (UCX_TLS=tcp: the TCP transport only).\n";
 
 static int parse_streams(const struct pdma_opt *o, struct consume_opts *c)

@@ -54,6 +54,7 @@ struct pdma_consume {
 	bool got_welcome;
 	struct pdma_fwd_welcome w;
 	uint32_t credit_pending;
+	bool granted_once;
 	uint32_t recvs;           /* rendezvous receives in flight */
 	struct arrival *arr;      /* [narr] ring: head .. tail */
 	uint32_t narr;
@@ -356,13 +357,16 @@ static void send_credits(struct pdma_consume *c)
 {
 	struct ctl *m;
 
-	if (!c->credit_pending || c->fl.no_credits)
+	/* the fault: the first grant (at start), then never a credit back */
+	if (!c->credit_pending || (c->fl.no_credits && c->granted_once))
 		return;
 	m = malloc(sizeof(*m));
 	if (!m)
 		return;
-	if (!ctl_send(c, PDMA_FWD_AM_CREDIT, m, pdma_fwd_credit_put(m->hdr, c->credit_pending)))
+	if (!ctl_send(c, PDMA_FWD_AM_CREDIT, m, pdma_fwd_credit_put(m->hdr, c->credit_pending))) {
 		c->credit_pending = 0;
+		c->granted_once = true;
+	}
 }
 
 static bool done(struct pdma_consume *c)

@@ -11,7 +11,8 @@
 
 struct pdma_consume_faults {
 	uint32_t version;    /* HELLO's protocol version (0: the right one) */
-	bool no_credits;     /* never grant or return a credit (a stalled consumer) */
+	bool no_credits;     /* grant its pool at start, never return a credit (a consumer
+			      * that stalls) */
 	bool garbage_hello;  /* HELLO is random bytes */
 };
 

@@ -34,6 +34,7 @@ struct fwd_consumer {
 	bool refusing;            /* WELCOME with an error sent: close after it */
 	double since;             /* CONNECTING: when */
 	double no_credit_since;   /* 0: has credit */
+	bool granted;             /* a CREDIT came: it has started (the stall timer runs from then) */
 	uint32_t credits, inflight;
 	uint32_t nstreams, streams[PDMA_FWD_MAX_SUBS];
 	struct pdma_fwd_consumer_stats st;
@@ -331,6 +332,7 @@ static ucs_status_t on_hello(void *arg, const void *hdr, size_t hlen, void *data
 	slot->credits = h.credits < f->a.max_credits ? h.credits : f->a.max_credits;
 	slot->inflight = 0;
 	slot->no_credit_since = 0;
+	slot->granted = false;
 	snprintf(slot->st.name, sizeof(slot->st.name), "%s", h.name);
 	slot->nstreams = h.nstreams;
 	memcpy(slot->streams, h.streams, h.nstreams * sizeof(h.streams[0]));
@@ -365,6 +367,7 @@ static ucs_status_t on_credit(void *arg, const void *hdr, size_t hlen, void *dat
 			uint64_t t = (uint64_t)c->credits + n;
 			c->credits = t > f->a.max_credits ? f->a.max_credits : (uint32_t)t;
 			c->no_credit_since = 0;
+			c->granted = true;
 		}
 	}
 	pthread_mutex_unlock(&f->lock);
@@ -388,7 +391,9 @@ static void drop_for(struct fwd_consumer *c, const struct pdma_block *b, bool go
 	else
 		c->st.no_credit_blocks++;
 	c->st.dropped_packets += b->npackets;
-	if (!gone && !c->no_credit_since)
+	/* before its first grant a consumer is still subscribing: its blocks
+	 * are counted, but it is not stalled */
+	if (!gone && c->granted && !c->no_credit_since)
 		c->no_credit_since = now;
 }
 

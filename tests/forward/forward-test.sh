@@ -11,7 +11,7 @@
 #            sent or counted as dropped (gone) for the dead one
 #  bad       garbage bytes to the UCX listener, a HELLO of random bytes, a
 #            wrong protocol version (each: a clear refusal), a consumer
-#            that never grants a credit and one stopped (SIGSTOP) mid-run
+#            that never returns a credit and one stopped (SIGSTOP) mid-run
 #            (each dropped after --stall-ms): the good consumer beside them
 #            gets every sample
 # tests/forward/netns-test.sh runs it with the forwarder (and gen) and each
@@ -201,7 +201,7 @@ PY
 	fi
 	grep -q 'protocol version 2 refused: this forwarder speaks 1' "$d/v.err" ||
 		fail "version 2: no clear refusal"
-	# a consumer that never grants a credit, on the good one's streams
+	# a consumer that never returns a credit, on the good one's streams
 	start_consumer cs "$run_b" "$conn_b" s 0x1000,0x1001 --test-no-credits
 	# and one that stops reading altogether (SIGSTOP) once it has some blocks
 	start_consumer ct "$run_b" "$conn_b" t 0x1000,0x1001
@@ -221,7 +221,7 @@ PY
 	if wait "$cs"; then fail "the consumer without credits was not dropped"; fi
 	if wait "$ct"; then fail "the stopped consumer was not dropped"; fi
 	sigmf a 0x1000,0x1001 || fail "the good consumer's recordings"
-	json 'c["s"]["stalled"] and c["s"]["sent_blocks"] == 0 and c["s"]["no_credit_blocks"] > 0' ||
+	json 'c["s"]["stalled"] and 0 < c["s"]["sent_blocks"] <= 16 and c["s"]["no_credit_blocks"] > 0' ||
 		fail "the stalled consumer's account"
 	json 'c["a"]["no_credit_blocks"] == 0 and c["a"]["sent_blocks"] == f["blocks_in"] and f["refused"] >= 2' ||
 		fail "the good consumer's account"
