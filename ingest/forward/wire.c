@@ -65,7 +65,7 @@ static double getd(const uint8_t **p)
 }
 
 /* n bytes, NUL-padded: printable ASCII only (names and messages are
- * printed by the other side). */
+ * printed by the other side), zeros after it (one encoding per string). */
 static int getstr(const uint8_t **p, char *s, size_t n)
 {
 	size_t i;
@@ -76,6 +76,9 @@ static int getstr(const uint8_t **p, char *s, size_t n)
 		s[i] = (char)(*p)[i];
 	}
 	s[i] = 0;
+	for (size_t k = i; k < n; k++)
+		if ((*p)[k])
+			return -EPROTO;
 	*p += n;
 	return 0;
 }
