@@ -390,9 +390,10 @@ static void *consume_main(void *arg)
 	while (!atomic_load(&c->quit) && !done(c)) {
 		unsigned k = pdma_ucx_progress(&c->u);
 
-		/* credits back in batches while busy (one CREDIT per quarter of
-		 * the grant), at once when idle */
-		if (!k || c->credit_pending >= (c->a.pool_blocks + 3) / 4)
+		/* credits back in batches of 4 while busy, at once when idle:
+		 * the forwarder may use fewer than granted (its max_credits),
+		 * so a batch must stay well below any window it keeps */
+		if (!k || c->credit_pending >= 4)
 			send_credits(c);
 		if (!k && ucp_worker_arm(c->u.worker) == UCS_OK)
 			poll(&pfd, 1, 50);
