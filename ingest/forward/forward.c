@@ -141,17 +141,23 @@ static void ep_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 	struct pdma_fwd *f = arg;
 	struct fwd_consumer *c;
 
+	char name[sizeof(c->st.name)] = "";
+	char m[80];
+
+	snprintf(m, sizeof(m), "connection lost: %s", ucs_status_string(status));
 	pthread_mutex_lock(&f->lock);
 	c = by_ep(f, ep);
 	if (c) {
-		char m[80];
-
-		snprintf(m, sizeof(m), "connection lost: %s", ucs_status_string(status));
+		if (c->state == C_LIVE)
+			memcpy(name, c->st.name, sizeof(name));
 		consumer_gone(f, c, m);
 	} else {
 		close_later(f, ep);
 	}
 	pthread_mutex_unlock(&f->lock);
+	if (name[0])
+		fprintf(stderr, "peerdma forward: consumer '%s': %s; its streams count as dropped until it "
+				"returns\n", name, m);
 }
 
 static void conn_request(ucp_conn_request_h req, void *arg)

@@ -158,7 +158,9 @@ kill_one() {
 	done
 	kill -9 "$cb"
 	wait "$cb" 2>/dev/null || true
-	sleep 0.5
+	# the forwarder has seen it go (UCX's error callback) before it comes back
+	wait_for "$d/fwd.err" "consumer 'b': connection lost" "$fpid" || fail "b's loss not reported"
+	sleep 0.5 # gone for a while: its streams' blocks count as dropped meanwhile
 	# and comes back under its name (its data to a directory of its own)
 	mv "$d/b" "$d/b-first"
 	mv "$d/b.err" "$d/b-first.err"
