@@ -98,10 +98,14 @@ int pdma_ucx_map(struct pdma_ucx *u, void *p, size_t n, ucs_memory_type_t mt, uc
 	ucp_mem_map_params_t mp = { 0 };
 
 	mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-			UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+			UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
 	mp.address = p;
 	mp.length = n;
 	mp.memory_type = mt;
+	/* a pool is large (streams x buffers x block bytes) and mostly
+	 * untouched at first: where a transport registers memory (RDMA), let
+	 * it do so without populating every page up front */
+	mp.flags = UCP_MEM_MAP_NONBLOCK;
 	return ucp_mem_map(u->ctx, &mp, memh) == UCS_OK ? 0 : -EIO;
 }
 
