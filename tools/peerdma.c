@@ -14,6 +14,8 @@ static const struct {
 	{ "gen", pdma_cmd_gen, "send VITA-49 packets over UDP (rate, streams, loss injection, pcap)" },
 	{ "ingest", pdma_cmd_ingest, "receive VITA-49 streams into registered rings and deframe" },
 	{ "record", pdma_cmd_record, "receive like ingest, write each stream to a SigMF recording" },
+	{ "forward", pdma_cmd_forward, "receive like ingest, send the blocks to consumers over UCX" },
+	{ "consume", pdma_cmd_consume, "read a forwarder's blocks over UCX (SigMF with --dir)" },
 	{ "deframe", pdma_cmd_deframe, "deframe a capture of Ethernet frames on the CPU (frame rings)" },
 	{ "bench", pdma_cmd_bench, "run a benchmark and print a table (JSON with --json)" },
 	{ "info", pdma_cmd_info, "GPUs, GPUDirect attributes, BAR1, IOMMU, PCIe paths" },

@@ -120,6 +120,35 @@ class SubStats(ctypes.Structure):
     ]
 
 
+class ConsumeAttr(ctypes.Structure):
+    """struct pdma_consume_attr (include/peerdma/forward.h)."""
+    _fields_ = [
+        ("size", _u32),
+        ("addr", ctypes.c_char_p),
+        ("port", _u16),
+        ("name", ctypes.c_char_p),
+        ("streams", ctypes.POINTER(_u32)),
+        ("nstreams", _u32),
+        ("max_streams", _u32),
+        ("pool_blocks", _u32),
+        ("timeout_ms", _int),
+    ]
+
+
+class ConsumeStats(ctypes.Structure):
+    _fields_ = [
+        ("blocks", _u64),
+        ("bytes", _u64),
+        ("gap_packets", _u64),
+        ("local_drops", _u64),
+        ("fwd_dropped_blocks", _u64),
+        ("fwd_dropped_packets", _u64),
+        ("ended", ctypes.c_bool),
+        ("lost", ctypes.c_bool),
+        ("error", _int),
+    ]
+
+
 def padded(struct_type):
     """A zeroed instance of struct_type with _pad bytes of room after it."""
     class _Padded(ctypes.Structure):
@@ -149,6 +178,22 @@ _PROTOTYPES = {
     "pdma_block_release": (None, [ctypes.POINTER(Block)]),
     "pdma_block_dlpack": (_int, [ctypes.POINTER(Block), ctypes.c_ssize_t, ctypes.POINTER(_P)]),
 }
+
+# include/peerdma/forward.h's consumer (PEERDMA_INGEST_0.2): bound on first
+# use (forward_lib()), so that a library without it still serves Session.
+_FORWARD_PROTOTYPES = {
+    "pdma_consume_attr_init": (None, [ctypes.POINTER(ConsumeAttr)]),
+    "pdma_consume_open": (_int, [ctypes.POINTER(ConsumeAttr), ctypes.POINTER(_P),
+                                 ctypes.c_char_p, ctypes.c_size_t]),
+    "pdma_consume_block_packets": (_u32, [_P]),
+    "pdma_consume_sample_rate": (_u64, [_P]),
+    "pdma_consume_subscribe": (_int, [_P, ctypes.POINTER(SubAttr), ctypes.POINTER(_P)]),
+    "pdma_consume_start": (_int, [_P]),
+    "pdma_consume_ended": (ctypes.c_bool, [_P]),
+    "pdma_consume_stats": (None, [_P, ctypes.POINTER(ConsumeStats)]),
+    "pdma_consume_close": (None, [_P]),
+}
+_forward_bound = False
 
 LIB_NAME = "peerdma_ingest"
 _lock = threading.Lock()
@@ -214,6 +259,30 @@ def lib():
                 raise LibraryNotFound(errno.ENOENT, "libpeerdma_ingest.so not found; tried: %s. "
                                       "Set PEERDMA_LIBRARY to its path" % "; ".join(tried))
     return _lib
+
+
+def forward_lib():
+    """The library with the consumer calls bound: ApiMismatch where it has
+    none (built before forwarding) or their layout differs."""
+    global _forward_bound
+    dll = lib()
+    with _lock:
+        if not _forward_bound:
+            for name, (res, args) in _FORWARD_PROTOTYPES.items():
+                try:
+                    f = getattr(dll, name)
+                except AttributeError:
+                    raise ApiMismatch(errno.ENOSYS, "%s lacks %s: a library without forwarding"
+                                      % (dll._name, name)) from None
+                f.restype, f.argtypes = res, args
+            p = padded(ConsumeAttr)
+            dll.pdma_consume_attr_init(ctypes.byref(p.s))
+            if p.s.size != ctypes.sizeof(ConsumeAttr):
+                raise ApiMismatch(errno.EPROTO, "%s: pdma_consume_attr_init says size %u, this "
+                                  "package's layout has %u" % (dll._name, p.s.size,
+                                                               ctypes.sizeof(ConsumeAttr)))
+            _forward_bound = True
+    return dll
 
 
 def library_path():

@@ -73,6 +73,27 @@ class _Scoped:
             pass
 
 
+def sub_attr(stream_id, policy, depth):
+    """struct pdma_sub_attr for subscribe() (a Session's, a forward.Consumer's)."""
+    if policy not in POLICIES:
+        raise _bad("subscribe", "policy %r: one of %s" % (policy, ", ".join(POLICIES)))
+    p = _lib.padded(_lib.SubAttr)
+    a = p.s
+    lib().pdma_sub_attr_init(ctypes.byref(a))
+    if stream_id is not None:
+        if not isinstance(stream_id, int) or not 0 <= stream_id <= 0xffffffff:
+            raise _bad("subscribe", "stream_id %r: a 32-bit VITA-49 stream ID" % (stream_id,))
+        a.stream_id = stream_id
+    else:
+        a.stream_id = _lib.SUB_ALL_STREAMS
+    a.policy = POLICIES[policy]
+    if depth is not None:
+        if not isinstance(depth, int) or not 0 <= depth <= 0xffffffff:
+            raise _bad("subscribe", "depth %r: a 32-bit count" % (depth,))
+        a.depth = depth
+    return a
+
+
 class Session(_Scoped):
     """An ingest session (pdma_ingest_open): receives on one UDP port (or a
     NIC), deframes, and publishes blocks to its subscriptions.
@@ -172,22 +193,7 @@ class Session(_Scoped):
         start(): Busy (EBUSY) after it."""
         L = lib()
         ing = self._live()
-        if policy not in POLICIES:
-            raise _bad("subscribe", "policy %r: one of %s" % (policy, ", ".join(POLICIES)))
-        p = _lib.padded(_lib.SubAttr)
-        a = p.s
-        L.pdma_sub_attr_init(ctypes.byref(a))
-        if stream_id is not None:
-            if not isinstance(stream_id, int) or not 0 <= stream_id <= 0xffffffff:
-                raise _bad("subscribe", "stream_id %r: a 32-bit VITA-49 stream ID" % (stream_id,))
-            a.stream_id = stream_id
-        else:
-            a.stream_id = _lib.SUB_ALL_STREAMS
-        a.policy = POLICIES[policy]
-        if depth is not None:
-            if not isinstance(depth, int) or not 0 <= depth <= 0xffffffff:
-                raise _bad("subscribe", "depth %r: a 32-bit count" % (depth,))
-            a.depth = depth
+        a = sub_attr(stream_id, policy, depth)
         sub = ctypes.c_void_p()
         check(L.pdma_ingest_subscribe(ing, ctypes.byref(a), ctypes.byref(sub)), "pdma_ingest_subscribe")
         s = Subscription(self, sub, stream_id, policy)

@@ -25,6 +25,7 @@ static const struct {
 	{ "gen", pdma_cmd_gen_check },     { "ingest", pdma_cmd_ingest_check },
 	{ "bench", pdma_cmd_bench_check }, { "info", pdma_cmd_info_check },
 	{ "demo", pdma_cmd_demo_check },   { "deframe", pdma_cmd_deframe_check },
+	{ "forward", pdma_cmd_forward_check }, { "consume", pdma_cmd_consume_check },
 };
 
 static FILE *cap;

@@ -18,7 +18,10 @@ With --digests FILE (lines "NAME.sigmf-data SHA256"), the data files are
 not read: the SHA-256 of the bytes they must hold is compared instead (the
 QEMU guest's recordings, tests/vm/nic-system.sh, whose metadata reach the
 host through the guest log, their data as a digest).
-usage: sigmf_check.py DIR PREFIX PCAP SAMPLE_RATE [--digests FILE]"""
+With --streams ID,ID only those of gen's streams are checked (a consumer of
+peerdma forward that asked for them: tests/forward/), and no other stream
+may have a recording in DIR.
+usage: sigmf_check.py DIR PREFIX PCAP SAMPLE_RATE [--digests FILE] [--streams IDS]"""
 import datetime
 import hashlib
 import json
@@ -133,10 +136,17 @@ def check_stream(d, prefix, sid, pkts, rate, validators, digests=None):
 
 def main():
     d, prefix, pcap, rate = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    digests = None
-    if len(sys.argv) == 7 and sys.argv[5] == "--digests":
-        with open(sys.argv[6]) as f:
-            digests = dict(line.split() for line in f if line.strip())
+    digests, only = None, None
+    opts = sys.argv[5:]
+    while len(opts) >= 2 and opts[0] in ("--digests", "--streams"):
+        if opts[0] == "--digests":
+            with open(opts[1]) as f:
+                digests = dict(line.split() for line in f if line.strip())
+        else:
+            only = {int(x, 0) for x in opts[1].split(",")}
+        opts = opts[2:]
+    if opts:
+        sys.exit(__doc__)
     validators = [jsonschema.Draft202012Validator(SIGMF_RULES)]
     spec = os.environ.get("PEERDMA_SIGMF_SCHEMA")
     if spec:
@@ -149,6 +159,16 @@ def main():
     for sid, tsi, frac, payload in data_packets(pcap):
         sent.setdefault(sid, {})[(tsi * rate + frac) // (len(payload) // 4)] = payload
     bad = 0 if sent else 1
+    if only is not None:
+        missing = only - set(sent)
+        if missing:
+            print("streams %s: gen sent none" % sorted(missing))
+            bad = 1
+        for sid in sorted(set(sent) - only):
+            if os.path.exists(os.path.join(d, "%s-%#x.sigmf-meta" % (prefix, sid))):
+                print("stream %#x: recorded, but not asked for" % sid)
+                bad = 1
+        sent = {k: v for k, v in sent.items() if k in only}
     for sid, pkts in sorted(sent.items()):
         try:
             ok, msg = check_stream(d, prefix, sid, pkts, rate, validators, digests)

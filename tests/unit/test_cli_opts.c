@@ -108,6 +108,29 @@ static const struct optspec record_own[] = {
 };
 static struct optspec record_opts[64];
 
+/* peerdma forward: likewise, its own then ingest's. */
+static const struct optspec forward_own[] = {
+	{ "listen", 0, IPV4, NULL },        { "fwd-port", 0, UINT, NULL },
+	{ "stall-ms", 0, UINT, NULL },      { "stage", 0, FLAG, NULL },
+	{ "credits", 0, UINT, NULL },
+	{ "block-packets", 0, UINT, NULL }, { "pool-blocks", 0, UINT, NULL },
+	{ "late-blocks", 0, UINT, NULL },   { "flush-idle", 0, UINT, NULL },
+	{ NULL, 0, FLAG, NULL },
+};
+static struct optspec forward_opts[64];
+
+static const struct optspec consume_opts[] = {
+	{ "connect", 0, HOSTPORT, NULL },   { "streams", 0, STR, NULL },
+	{ "name", 0, STR, NULL },           { "dir", 0, STR, NULL },
+	{ "prefix", 0, STR, NULL },         { "pool-blocks", 0, UINT, NULL },
+	{ "depth", 0, UINT, NULL },         { "policy", 0, CHOICE, policies },
+	{ "max-streams", 0, UINT, NULL },   { "json", 0, STR, NULL },
+	{ "no-sync", 0, FLAG, NULL },       { "quiet", 'q', FLAG, NULL },
+	{ "test-version", 0, UINT, NULL },  { "test-no-credits", 0, FLAG, NULL },
+	{ "test-garbage-hello", 0, FLAG, NULL },
+	{ NULL, 0, FLAG, NULL },
+};
+
 static const struct optspec bench_opts[] = {
 	{ "json", 'j', STR, NULL }, { "iters", 'n', UINT, NULL }, { NULL, 0, FLAG, NULL },
 };
@@ -130,6 +153,8 @@ static const struct cmdspec cmds[] = {
 	{ "gen", pdma_cmd_gen_check, pdma_cmd_gen, gen_opts, NULL },
 	{ "ingest", pdma_cmd_ingest_check, pdma_cmd_ingest, ingest_opts, NULL },
 	{ "record", pdma_cmd_record_check, pdma_cmd_record, record_opts, NULL },
+	{ "forward", pdma_cmd_forward_check, pdma_cmd_forward, forward_opts, NULL },
+	{ "consume", pdma_cmd_consume_check, pdma_cmd_consume, consume_opts, NULL },
 	{ "bench", pdma_cmd_bench_check, pdma_cmd_bench, bench_opts, benches },
 	{ "info", pdma_cmd_info_check, pdma_cmd_info, info_opts, NULL },
 	{ "demo", pdma_cmd_demo_check, pdma_cmd_demo, demo_opts, NULL },
@@ -333,6 +358,12 @@ static int setup(void **state)
 	for (const struct optspec *o = ingest_opts; o->lng; o++)
 		record_opts[n++] = *o;
 	record_opts[n] = (struct optspec){ NULL, 0, FLAG, NULL };
+	n = 0;
+	for (const struct optspec *o = forward_own; o->lng; o++)
+		forward_opts[n++] = *o;
+	for (const struct optspec *o = ingest_opts; o->lng; o++)
+		forward_opts[n++] = *o;
+	forward_opts[n] = (struct optspec){ NULL, 0, FLAG, NULL };
 	cap = tmpfile();
 	return cap ? 0 : -1;
 }

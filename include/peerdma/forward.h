@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * peerdma forwarding: an ingest session's blocks sent to consumer nodes over
+ * UCX (UCP active messages), and the consumer side that hands them out
+ * through the same block API as a local subscription (ingest.h:
+ * pdma_sub_next, pdma_block_release, pdma_block_read, pdma_block_dlpack).
+ * Protocol, credits and what a dead or stalled consumer does:
+ * ingest/forward/DESIGN.md. Errors: 0 or a negative errno.
+ *
+ * Forwarder: pdma_fwd_open on an opened session with blocks (before
+ * pdma_ingest_start: it subscribes to every stream), pdma_fwd_start, and
+ * after pdma_ingest_stop, pdma_fwd_close (sends END to every consumer, waits
+ * for the sends in flight). One thread of its own drives UCP.
+ *
+ * Consumer: pdma_consume_open (connects and says HELLO; the forwarder's
+ * WELCOME gives the block geometry), pdma_consume_subscribe (as
+ * pdma_ingest_subscribe; the stream IDs a subscription may see are those
+ * asked of the forwarder), pdma_consume_start, pdma_sub_next ... -EPIPE once
+ * the forwarder said END (or went away: pdma_consume_stats says which), then
+ * pdma_sub_close and pdma_consume_close. Blocks are in host memory.
+ */
+#ifndef PEERDMA_FORWARD_H
+#define PEERDMA_FORWARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "peerdma/ingest.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct pdma_fwd_attr {
+	uint32_t size;          /* sizeof (pdma_fwd_attr_init) */
+	const char *addr;       /* IPv4 address to listen on (default 0.0.0.0) */
+	uint16_t port;          /* 0: ephemeral (pdma_fwd_port) */
+	uint32_t stall_ms;      /* drop a consumer without credit this long (default 5000; 0: never) */
+	bool stage;             /* stage host blocks too (GPU blocks are staged where UCX has no CUDA) */
+	uint32_t stage_buffers; /* staging buffers (default 64) */
+	/* blocks in flight to one consumer, at most, whatever it grants
+	 * (default 16). Each holds a buffer of its stream's pool until its send
+	 * completes: the session's pool_blocks must hold the forwarder's queue
+	 * (16) and max_credits for every consumer of a stream, or a dead
+	 * consumer's sends (until UCX reports it) hold up the others. */
+	uint32_t max_credits;
+};
+
+struct pdma_fwd_stats {
+	uint32_t consumers;       /* slots: live or gone */
+	uint32_t live;
+	uint64_t blocks_in;       /* taken from the session */
+	uint64_t sent_blocks, sent_bytes;
+	uint64_t dropped_blocks, dropped_packets; /* every consumer's, summed */
+	uint64_t staged_blocks, staged_bytes;
+	uint64_t stage_drops;     /* blocks not sent: no staging buffer free (or the copy
+				   * failed); counted as no_credit for their consumers */
+	double stage_seconds;     /* in the staging copies (pdma_block_read: the D2H copy, after
+				   * the block's event) */
+	uint64_t refused;         /* connections refused (garbage, another version) */
+	bool ucx_cuda;            /* the installed UCX has the CUDA memory type */
+};
+
+struct pdma_fwd_consumer_stats {
+	char name[33];
+	bool live;
+	uint32_t nstreams;        /* 0: every stream */
+	uint32_t streams[8];      /* the first ones */
+	uint64_t sent_blocks, sent_bytes;
+	uint64_t no_credit_blocks, gone_blocks; /* dropped: without credit, while gone */
+	uint64_t dropped_packets;
+	uint32_t connects;        /* HELLOs accepted under this name */
+	bool stalled;             /* dropped for --stall-ms without credit */
+	char last_error[80];
+};
+
+struct pdma_fwd;
+
+void pdma_fwd_attr_init(struct pdma_fwd_attr *a);
+/* -EINVAL bad attributes or no blocks on the session; -EADDRINUSE; -EIO a
+ * UCX failure (msg says which). */
+int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct pdma_fwd **f,
+		  char *msg, size_t msglen);
+uint16_t pdma_fwd_port(const struct pdma_fwd *f);
+/* The line to print: UCX's memory types and how GPU blocks go. */
+const char *pdma_fwd_describe(const struct pdma_fwd *f);
+int pdma_fwd_start(struct pdma_fwd *f);
+void pdma_fwd_stats(struct pdma_fwd *f, struct pdma_fwd_stats *s);
+/* Consumer slot i (0 .. stats.consumers - 1): -ENOENT past the last. */
+int pdma_fwd_consumer(struct pdma_fwd *f, uint32_t i, struct pdma_fwd_consumer_stats *s);
+void pdma_fwd_close(struct pdma_fwd *f);
+
+struct pdma_consume_attr {
+	uint32_t size;          /* sizeof (pdma_consume_attr_init) */
+	const char *addr;       /* the forwarder's IPv4 address */
+	uint16_t port;
+	const char *name;       /* this consumer's name (default "consumer") */
+	const uint32_t *streams;/* stream IDs wanted ... */
+	uint32_t nstreams;      /* ... how many (0: every stream) */
+	uint32_t max_streams;   /* streams at most (default 16) */
+	uint32_t pool_blocks;   /* buffers per stream; also the credits granted (default 16) */
+	int timeout_ms;         /* connection and WELCOME (default 5000) */
+};
+
+struct pdma_consume_stats {
+	uint64_t blocks, bytes, gap_packets;
+	uint64_t local_drops;       /* blocks with no free buffer here */
+	uint64_t fwd_dropped_blocks, fwd_dropped_packets; /* END's count */
+	bool ended;                 /* END came */
+	bool lost;                  /* the forwarder went away before END */
+	int error;                  /* a protocol error (then lost) */
+};
+
+struct pdma_consume;
+
+void pdma_consume_attr_init(struct pdma_consume_attr *a);
+/* -ECONNREFUSED / -ETIMEDOUT no forwarder; -EPROTONOSUPPORT or the
+ * forwarder's refusal (msg: its reason); -EIO UCX. */
+int pdma_consume_open(const struct pdma_consume_attr *a, struct pdma_consume **c, char *msg,
+		      size_t msglen);
+uint32_t pdma_consume_block_packets(const struct pdma_consume *c);
+uint64_t pdma_consume_sample_rate(const struct pdma_consume *c);
+int pdma_consume_subscribe(struct pdma_consume *c, const struct pdma_sub_attr *a, struct pdma_sub **sub);
+int pdma_consume_start(struct pdma_consume *c);
+bool pdma_consume_ended(struct pdma_consume *c);
+void pdma_consume_stats(struct pdma_consume *c, struct pdma_consume_stats *s);
+/* After every subscription is closed (held blocks stay valid). */
+void pdma_consume_close(struct pdma_consume *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PEERDMA_FORWARD_H */

@@ -1,0 +1,932 @@
+// SPDX-License-Identifier: MIT
+/* The forwarder (include/peerdma/forward.h; protocol and policies:
+ * DESIGN.md beside this file). One thread owns the UCP worker: it takes the
+ * session's blocks from its subscription and sends each to the consumers
+ * that asked for its stream, zero-copy from the block's buffer (the pool is
+ * ucp_mem_map'ed once) or through a staging buffer. It never waits for one
+ * consumer: a consumer without credit, or gone, has the block counted as
+ * dropped for it, and the block goes back to the pool as soon as the sends
+ * that took it complete. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blocks/blocks.h"
+#include "cuda/api.h"
+#include "forward/forward_int.h"
+#include "forward/ucx.h"
+#include "forward/wire.h"
+
+#define FWD_MAX_CONSUMERS 64
+#define FWD_HELLO_MS 5000   /* a connection's HELLO must come within this */
+
+enum cstate { C_EMPTY, C_CONNECTING, C_LIVE, C_GONE };
+
+struct fwd_consumer {
+	enum cstate state;
+	ucp_ep_h ep;
+	bool refusing;            /* WELCOME with an error sent: close after it */
+	double since;             /* CONNECTING: when */
+	double no_credit_since;   /* 0: has credit */
+	bool granted;             /* a CREDIT came: it has started (the stall timer runs from then) */
+	uint32_t credits, inflight;
+	uint32_t nstreams, streams[PDMA_FWD_MAX_SUBS];
+	struct pdma_fwd_consumer_stats st;
+};
+
+struct stage_buf {
+	void *p;
+	uint32_t refs;
+	struct stage_buf *next;
+};
+
+struct fwd_send {
+	struct pdma_fwd *f;
+	ucp_ep_h ep;              /* the consumer it went to (NULL: control) */
+	struct pdma_block *b;     /* held until done (zero-copy) */
+	struct stage_buf *sb;
+	uint8_t hdr[];
+};
+
+struct pdma_fwd {
+	struct pdma_fwd_attr a;
+	struct pdma_sub *sub;
+	struct pdma_blocks *bl;
+	struct pdma_ucx u;
+	ucp_listener_h listener;
+	uint16_t port;
+	int efd;
+	ucp_mem_h pool_memh;      /* NULL: the pool is not mapped (staged) */
+	bool stage_gpu;           /* GPU blocks are staged (UCX has no CUDA) */
+	void *stage_mem;
+	ucp_mem_h stage_memh;
+	struct stage_buf *stage_free, *stage_all;
+	size_t stage_len;
+	const struct pdma_cu_api *cu;  /* the staging buffers pinned by CUDA: D2H at the copy engines' rate */
+	pdma_cu_device cu_dev;
+	pdma_cu_ctx cu_ctx;
+	char stage_pin[96];            /* how they are pinned, for the description */
+	char desc[480];
+	pthread_mutex_t lock;     /* the consumer table and stats (readers) */
+	struct fwd_consumer c[FWD_MAX_CONSUMERS];
+	uint32_t nc;              /* slots used so far (high mark) */
+	ucp_ep_h closing[FWD_MAX_CONSUMERS * 2];
+	uint32_t nclosing;
+	uint64_t inflight;        /* all sends */
+	struct pdma_fwd_stats st;
+	pthread_t th;
+	bool has_th;
+	atomic_bool quit;
+};
+
+void pdma_fwd_attr_init(struct pdma_fwd_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->size = sizeof(*a);
+	a->addr = "0.0.0.0";
+	a->stall_ms = 5000;
+	a->stage_buffers = 64;
+	a->max_credits = 16;
+}
+
+static struct fwd_consumer *by_ep(struct pdma_fwd *f, ucp_ep_h ep)
+{
+	for (uint32_t i = 0; i < f->nc; i++)
+		if (f->c[i].state != C_EMPTY && f->c[i].state != C_GONE && f->c[i].ep == ep)
+			return &f->c[i];
+	return NULL;
+}
+
+static void errmsg(struct fwd_consumer *c, const char *m)
+{
+	size_t n = strnlen(m, sizeof(c->st.last_error) - 1);
+
+	memcpy(c->st.last_error, m, n);
+	c->st.last_error[n] = 0;
+}
+
+/* Close an endpoint from the main loop (not from a UCX callback). */
+static void close_later(struct pdma_fwd *f, ucp_ep_h ep)
+{
+	for (uint32_t i = 0; i < f->nclosing; i++)
+		if (f->closing[i] == ep)
+			return;
+	if (f->nclosing < sizeof(f->closing) / sizeof(f->closing[0]))
+		f->closing[f->nclosing++] = ep;
+}
+
+/* A consumer leaves (died, stalled, refused): its streams count as dropped
+ * from now on; a HELLO under its name takes the slot again. */
+static void consumer_gone(struct pdma_fwd *f, struct fwd_consumer *c, const char *why)
+{
+	if (c->ep)
+		close_later(f, c->ep);
+	if (why)
+		errmsg(c, why);
+	c->st.live = false;
+	c->state = c->st.connects ? C_GONE : C_EMPTY;
+	c->credits = 0;
+	c->no_credit_since = 0;
+	/* the endpoint stays named until its sends complete (by_ep skips it) */
+}
+
+static void ep_err(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+	struct pdma_fwd *f = arg;
+	struct fwd_consumer *c;
+
+	char name[sizeof(c->st.name)] = "";
+	char m[80];
+
+	snprintf(m, sizeof(m), "connection lost: %s", ucs_status_string(status));
+	pthread_mutex_lock(&f->lock);
+	c = by_ep(f, ep);
+	if (c) {
+		if (c->state == C_LIVE)
+			memcpy(name, c->st.name, sizeof(name));
+		consumer_gone(f, c, m);
+	} else {
+		close_later(f, ep);
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (name[0])
+		fprintf(stderr, "peerdma forward: consumer '%s': %s; its streams count as dropped until it "
+				"returns\n", name, m);
+}
+
+static void conn_request(ucp_conn_request_h req, void *arg)
+{
+	struct pdma_fwd *f = arg;
+	ucp_ep_params_t ep = { 0 };
+	struct fwd_consumer *c = NULL;
+	ucp_ep_h h;
+
+	pthread_mutex_lock(&f->lock);
+	for (uint32_t i = 0; i < FWD_MAX_CONSUMERS && !c; i++)
+		if (f->c[i].state == C_EMPTY && !f->c[i].ep)
+			c = &f->c[i];
+	if (!c)
+		f->st.refused++;
+	pthread_mutex_unlock(&f->lock);
+	/* UCX calls without f->lock: UCX holds its own lock around the
+	 * callbacks that take it (ep_err) */
+	if (!c) {
+		ucp_listener_reject(f->listener, req);
+		return;
+	}
+	ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+			UCP_EP_PARAM_FIELD_ERR_HANDLER;
+	ep.conn_request = req;
+	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+	ep.err_handler.cb = ep_err;
+	ep.err_handler.arg = f;
+	if (ucp_ep_create(f->u.worker, &ep, &h) != UCS_OK) {
+		pthread_mutex_lock(&f->lock);
+		f->st.refused++;
+		pthread_mutex_unlock(&f->lock);
+		return;
+	}
+	/* only this thread fills slots: c is still free */
+	pthread_mutex_lock(&f->lock);
+	memset(&c->st, 0, sizeof(c->st));
+	c->ep = h;
+	c->state = C_CONNECTING;
+	c->refusing = false;
+	c->since = pdma_ucx_now();
+	c->credits = c->inflight = 0;
+	if ((uint32_t)(c - f->c) + 1 > f->nc)
+		f->nc = (uint32_t)(c - f->c) + 1;
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void send_done(void *req, ucs_status_t status, void *user)
+{
+	struct fwd_send *s = user;
+	struct pdma_fwd *f = s->f;
+
+	(void)status; /* a failed send's consumer is handled by ep_err */
+	if (s->ep) {
+		pthread_mutex_lock(&f->lock);
+		for (uint32_t i = 0; i < f->nc; i++)
+			if (f->c[i].ep == s->ep && f->c[i].inflight) {
+				f->c[i].inflight--;
+				break;
+			}
+		pthread_mutex_unlock(&f->lock);
+	}
+	if (s->b)
+		pdma_block_release(s->b);
+	if (s->sb && !--s->sb->refs) {
+		s->sb->next = f->stage_free;
+		f->stage_free = s->sb;
+	}
+	f->inflight--;
+	free(s);
+	if (req)
+		ucp_request_free(req);
+}
+
+/* One AM to ep; s (malloc'd, header in s->hdr) is freed when it completes. */
+static int am_send(struct pdma_fwd *f, ucp_ep_h ep, unsigned id, struct fwd_send *s, size_t hlen,
+		   const void *data, size_t len, ucp_mem_h memh)
+{
+	ucp_request_param_t p = { 0 };
+	ucs_status_ptr_t r;
+
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+	p.cb.send = send_done;
+	p.user_data = s;
+	if (memh) {
+		p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+		p.memh = memh;
+	}
+	f->inflight++;
+	r = ucp_am_send_nbx(ep, id, s->hdr, hlen, data, len, &p);
+	if (r == NULL) {
+		send_done(NULL, UCS_OK, s);
+		return 0;
+	}
+	if (UCS_PTR_IS_ERR(r)) {
+		int e = pdma_ucx_errno(UCS_PTR_STATUS(r));
+		send_done(NULL, UCS_PTR_STATUS(r), s);
+		return e;
+	}
+	return 0;
+}
+
+static int send_welcome(struct pdma_fwd *f, ucp_ep_h ep, int status, const char *m)
+{
+	struct pdma_fwd_welcome w = { .version = PDMA_FWD_VERSION, .status = status };
+	struct fwd_send *s = calloc(1, sizeof(*s) + PDMA_FWD_WELCOME_LEN);
+
+	if (!s)
+		return -ENOMEM;
+	s->f = f;
+	if (!status) {
+		w.block_packets = f->bl->B;
+		w.max_payload = f->bl->cfg.max_payload;
+		w.sample_rate = f->bl->cfg.sample_rate;
+	}
+	snprintf(w.msg, sizeof(w.msg), "%s", m);
+	return am_send(f, ep, PDMA_FWD_AM_WELCOME, s, pdma_fwd_welcome_put(s->hdr, &w), NULL, 0, NULL);
+}
+
+static ucs_status_t on_hello(void *arg, const void *hdr, size_t hlen, void *data, size_t len,
+			     const ucp_am_recv_param_t *param)
+{
+	struct pdma_fwd *f = arg;
+	struct pdma_fwd_hello h;
+	struct fwd_consumer *c, *slot;
+	char m[PDMA_FWD_MSG_LEN + 48];
+	int e;
+
+	(void)data;
+	if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
+		return UCS_OK; /* cannot tell whose: ignored (the connection's timer drops it) */
+	pthread_mutex_lock(&f->lock);
+	c = by_ep(f, param->reply_ep);
+	if (!c || c->state != C_CONNECTING || c->refusing) {
+		pthread_mutex_unlock(&f->lock);
+		return UCS_OK;
+	}
+	e = len ? -EPROTO : pdma_fwd_hello_get(hdr, hlen, &h);
+	slot = c;
+	if (e == -EPROTONOSUPPORT) {
+		snprintf(m, sizeof(m), "protocol version %u refused: this forwarder speaks %u",
+			 h.version, PDMA_FWD_VERSION);
+	} else if (e) {
+		snprintf(m, sizeof(m), "malformed HELLO (%zu header bytes): refused", hlen);
+	} else {
+		for (uint32_t i = 0; i < f->nc; i++) {
+			struct fwd_consumer *o = &f->c[i];
+
+			if (o == c || strcmp(o->st.name, h.name))
+				continue;
+			if (o->state == C_LIVE || o->state == C_CONNECTING) {
+				e = -EBUSY;
+				snprintf(m, sizeof(m), "consumer name '%.32s' is in use", h.name);
+			} else if (o->state == C_GONE) {
+				slot = o; /* a restart: its slot and counters again */
+			}
+			break;
+		}
+	}
+	if (e) {
+		f->st.refused++;
+		c->refusing = true;
+		errmsg(c, m);
+		pthread_mutex_unlock(&f->lock);
+		fprintf(stderr, "peerdma forward: a consumer: %s\n", m);
+		send_welcome(f, param->reply_ep, e, m);
+		return UCS_OK;
+	}
+	if (slot != c) {
+		slot->ep = c->ep;
+		c->state = C_EMPTY;
+		c->ep = NULL;
+	}
+	slot->state = C_LIVE;
+	slot->st.live = true;
+	slot->st.connects++;
+	slot->st.stalled = false;
+	slot->credits = h.credits < f->a.max_credits ? h.credits : f->a.max_credits;
+	slot->inflight = 0;
+	slot->no_credit_since = 0;
+	slot->granted = false;
+	snprintf(slot->st.name, sizeof(slot->st.name), "%s", h.name);
+	slot->nstreams = h.nstreams;
+	memcpy(slot->streams, h.streams, h.nstreams * sizeof(h.streams[0]));
+	slot->st.nstreams = h.nstreams;
+	for (uint32_t i = 0; i < h.nstreams && i < 8; i++)
+		slot->st.streams[i] = h.streams[i];
+	pthread_mutex_unlock(&f->lock);
+	fprintf(stderr, "peerdma forward: consumer '%s' connected (%s%u stream ID(s))%s\n", h.name,
+		h.nstreams ? "" : "every stream, ", h.nstreams, slot->st.connects > 1 ? ", again" : "");
+	send_welcome(f, param->reply_ep, 0, "welcome");
+	return UCS_OK;
+}
+
+static ucs_status_t on_credit(void *arg, const void *hdr, size_t hlen, void *data, size_t len,
+			      const ucp_am_recv_param_t *param)
+{
+	struct pdma_fwd *f = arg;
+	struct fwd_consumer *c;
+	uint32_t n;
+
+	(void)data;
+	if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
+		return UCS_OK;
+	pthread_mutex_lock(&f->lock);
+	c = by_ep(f, param->reply_ep);
+	if (c && c->state == C_LIVE) {
+		if (len || pdma_fwd_credit_get(hdr, hlen, &n)) {
+			consumer_gone(f, c, "malformed CREDIT: dropped");
+			f->st.refused++;
+		} else {
+			/* never more than the cap in flight, whatever it says */
+			uint64_t t = (uint64_t)c->credits + n;
+			c->credits = t > f->a.max_credits ? f->a.max_credits : (uint32_t)t;
+			c->no_credit_since = 0;
+			c->granted = true;
+		}
+	}
+	pthread_mutex_unlock(&f->lock);
+	return UCS_OK;
+}
+
+static bool wants(const struct fwd_consumer *c, uint32_t sid)
+{
+	if (!c->nstreams)
+		return true;
+	for (uint32_t i = 0; i < c->nstreams; i++)
+		if (c->streams[i] == sid)
+			return true;
+	return false;
+}
+
+static void drop_for(struct fwd_consumer *c, const struct pdma_block *b, bool gone, double now)
+{
+	if (gone)
+		c->st.gone_blocks++;
+	else
+		c->st.no_credit_blocks++;
+	c->st.dropped_packets += b->npackets;
+	/* before its first grant a consumer is still subscribing: its blocks
+	 * are counted, but it is not stalled */
+	if (!gone && c->granted && !c->no_credit_since)
+		c->no_credit_since = now;
+}
+
+/* One block from the session to every consumer that wants it. */
+static void route(struct pdma_fwd *f, struct pdma_block *b)
+{
+	const size_t bytes = (size_t)b->npackets * b->samples_per_packet * b->bytes_per_sample;
+	const bool stage = f->a.stage || (b->mem != PDMA_BLOCK_HOST && f->stage_gpu);
+	const size_t hlen = pdma_fwd_block_hdr_len(b->npackets);
+	struct stage_buf *sb = NULL;
+	const double now = pdma_ucx_now();
+	bool stage_failed = false;
+
+	pthread_mutex_lock(&f->lock);
+	f->st.blocks_in++;
+	for (uint32_t i = 0; i < f->nc; i++) {
+		struct fwd_consumer *c = &f->c[i];
+		const void *data = b->data;
+		ucp_mem_h memh = f->pool_memh;
+		struct fwd_send *s;
+
+		if ((c->state != C_LIVE && c->state != C_GONE) || !wants(c, b->stream_id))
+			continue;
+		if (c->state == C_GONE || !c->credits) {
+			drop_for(c, b, c->state == C_GONE, now);
+			continue;
+		}
+		if (stage) {
+			if (!sb && !stage_failed) {
+				sb = f->stage_free;
+				/* the copy (after the block's event) is the staging cost */
+				double t0 = pdma_ucx_now();
+
+				if (!sb || pdma_block_read(b, 0, b->npackets, sb->p)) {
+					sb = NULL;
+					stage_failed = true;
+				} else {
+					f->stage_free = sb->next;
+					sb->refs = 0;
+					f->st.staged_blocks++;
+					f->st.staged_bytes += bytes;
+					f->st.stage_seconds += pdma_ucx_now() - t0;
+				}
+			}
+			if (!sb) {
+				f->st.stage_drops++;
+				drop_for(c, b, false, now);
+				continue;
+			}
+			data = sb->p;
+			memh = f->stage_memh;
+		}
+		s = malloc(sizeof(*s) + hlen);
+		if (!s) {
+			drop_for(c, b, false, now);
+			continue;
+		}
+		s->f = f;
+		s->ep = c->ep;
+		s->b = NULL;
+		s->sb = NULL;
+		if (sb) {
+			s->sb = sb;
+			sb->refs++;
+		} else {
+			pdma_block_retain(b);
+			s->b = b;
+		}
+		pdma_fwd_block_put(s->hdr, b);
+		c->credits--;
+		c->inflight++;
+		c->st.sent_blocks++;
+		c->st.sent_bytes += bytes;
+		f->st.sent_blocks++;
+		f->st.sent_bytes += bytes;
+		/* send_done takes the lock: send without it */
+		pthread_mutex_unlock(&f->lock);
+		am_send(f, s->ep, PDMA_FWD_AM_BLOCK, s, hlen, data, bytes, memh);
+		pthread_mutex_lock(&f->lock);
+	}
+	if (sb && !sb->refs) {
+		sb->next = f->stage_free;
+		f->stage_free = sb;
+	}
+	pthread_mutex_unlock(&f->lock);
+	pdma_block_release(b);
+}
+
+/* What the main loop does between blocks: closes, HELLO timeouts, stalls. */
+static void housekeeping(struct pdma_fwd *f)
+{
+	const double now = pdma_ucx_now();
+	ucp_ep_h eps[sizeof(f->closing) / sizeof(f->closing[0])];
+	uint32_t n;
+
+	pthread_mutex_lock(&f->lock);
+	for (uint32_t i = 0; i < f->nc; i++) {
+		struct fwd_consumer *c = &f->c[i];
+		char m[80];
+
+		if (c->state == C_CONNECTING && !c->refusing && now - c->since > FWD_HELLO_MS / 1000.0) {
+			f->st.refused++;
+			fprintf(stderr, "peerdma forward: a connection sent no HELLO in %d ms: dropped\n",
+				FWD_HELLO_MS);
+			consumer_gone(f, c, "no HELLO");
+		} else if (c->state == C_CONNECTING && c->refusing && now - c->since > 1.0) {
+			consumer_gone(f, c, NULL); /* its WELCOME had a second to go */
+		} else if (c->state == C_LIVE && f->a.stall_ms && c->no_credit_since &&
+			   (now - c->no_credit_since) * 1000 > f->a.stall_ms) {
+			snprintf(m, sizeof(m), "no credit for %u ms: dropped", f->a.stall_ms);
+			fprintf(stderr, "peerdma forward: consumer '%s': %s\n", c->st.name, m);
+			c->st.stalled = true;
+			consumer_gone(f, c, m);
+		}
+	}
+	n = f->nclosing;
+	memcpy(eps, f->closing, n * sizeof(eps[0]));
+	f->nclosing = 0;
+	pthread_mutex_unlock(&f->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		ucp_request_param_t p = { 0 };
+
+		p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+		p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+		/* force: a dead or stalled peer's sends are cancelled, their
+		 * blocks released (send_done) */
+		pdma_ucx_wait(&f->u, ucp_ep_close_nbx(eps[i], &p), 2000);
+		pthread_mutex_lock(&f->lock);
+		for (uint32_t k = 0; k < f->nc; k++)
+			if (f->c[k].ep == eps[i]) {
+				f->c[k].ep = NULL;
+				f->c[k].inflight = 0;
+			}
+		pthread_mutex_unlock(&f->lock);
+	}
+}
+
+static void idle_wait(struct pdma_fwd *f, int ms)
+{
+	struct pollfd pfd = { .fd = f->efd, .events = POLLIN };
+
+	if (ucp_worker_arm(f->u.worker) == UCS_OK)
+		poll(&pfd, 1, ms);
+}
+
+/* After the session ended: END to every live consumer once its blocks are
+ * out, then the endpoints closed (flushed). */
+static void finish(struct pdma_fwd *f)
+{
+	double end = pdma_ucx_now() + 10;
+	bool sent_end[FWD_MAX_CONSUMERS] = { 0 };
+	uint32_t left;
+
+	do {
+		pdma_ucx_progress(&f->u);
+		housekeeping(f);
+		left = 0;
+		pthread_mutex_lock(&f->lock);
+		for (uint32_t i = 0; i < f->nc; i++) {
+			struct fwd_consumer *c = &f->c[i];
+			struct fwd_send *s;
+			struct pdma_fwd_end e;
+
+			if (c->state != C_LIVE || sent_end[i])
+				continue;
+			if (c->inflight) {
+				left++;
+				continue;
+			}
+			sent_end[i] = true;
+			e.dropped_blocks = c->st.no_credit_blocks + c->st.gone_blocks;
+			e.dropped_packets = c->st.dropped_packets;
+			s = calloc(1, sizeof(*s) + PDMA_FWD_END_LEN);
+			if (!s)
+				continue;
+			s->f = f;
+			pthread_mutex_unlock(&f->lock);
+			am_send(f, c->ep, PDMA_FWD_AM_END, s, pdma_fwd_end_put(s->hdr, &e), NULL, 0, NULL);
+			pthread_mutex_lock(&f->lock);
+		}
+		pthread_mutex_unlock(&f->lock);
+	} while ((left || f->inflight) && pdma_ucx_now() < end);
+	for (uint32_t i = 0; i < f->nc; i++) {
+		ucp_request_param_t p = { 0 };
+
+		if (f->c[i].state != C_LIVE || !f->c[i].ep)
+			continue;
+		/* force: every send, END's too, has completed (or the 10 s are
+		 * up); a flush would wait for a consumer that keeps its end
+		 * open after END */
+		p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+		p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+		pdma_ucx_wait(&f->u, ucp_ep_close_nbx(f->c[i].ep, &p), 2000);
+		f->c[i].ep = NULL;
+		f->c[i].state = C_GONE;
+		f->c[i].st.live = false;
+	}
+	housekeeping(f);
+	pdma_ucx_progress(&f->u);
+}
+
+static void *fwd_main(void *arg)
+{
+	struct pdma_fwd *f = arg;
+
+	while (!atomic_load(&f->quit)) {
+		struct pdma_block *b;
+		unsigned k = pdma_ucx_progress(&f->u);
+		int e = pdma_sub_next(f->sub, &b, 0);
+
+		if (!e) {
+			route(f, b);
+			continue;
+		}
+		if (e == -EPIPE)
+			break;
+		housekeeping(f);
+		if (!k)
+			idle_wait(f, 1);
+	}
+	finish(f);
+	return NULL;
+}
+
+/* GPU blocks are copied into the staging buffers (pdma_block_read): pinned
+ * with cuMemHostRegister, that copy runs at the copy engines' rate rather
+ * than through the driver's own bounce buffer. */
+static void stage_pin(struct pdma_fwd *f)
+{
+	const struct pdma_cu_api *cu;
+	pdma_cu_ctx c;
+	pdma_cu_result r;
+	char m[64];
+
+	if (pdma_cu_get(&cu, m, sizeof(m))) {
+		snprintf(f->stage_pin, sizeof(f->stage_pin), "pageable (no CUDA driver: %s)", m);
+		return;
+	}
+	r = cu->DeviceGet(&f->cu_dev, f->bl->mem.device);
+	if (r == PDMA_CU_SUCCESS)
+		r = cu->DevicePrimaryCtxRetain(&f->cu_ctx, f->cu_dev);
+	if (r == PDMA_CU_SUCCESS) {
+		if (cu->CtxPushCurrent(f->cu_ctx) == PDMA_CU_SUCCESS) {
+			r = cu->MemHostRegister(f->stage_mem, f->stage_len, PDMA_CU_MEMHOSTREGISTER_PORTABLE);
+			cu->CtxPopCurrent(&c);
+		}
+		if (r != PDMA_CU_SUCCESS)
+			cu->DevicePrimaryCtxRelease(f->cu_dev);
+	}
+	if (r != PDMA_CU_SUCCESS) {
+		snprintf(f->stage_pin, sizeof(f->stage_pin), "pageable (cuMemHostRegister: %s)",
+			 pdma_cu_errname(r));
+		return;
+	}
+	f->cu = cu;
+	snprintf(f->stage_pin, sizeof(f->stage_pin), "pinned by cuMemHostRegister");
+}
+
+static void stage_free_all(struct pdma_fwd *f)
+{
+	if (f->cu) {
+		pdma_cu_ctx c;
+
+		if (f->cu->CtxPushCurrent(f->cu_ctx) == PDMA_CU_SUCCESS) {
+			f->cu->MemHostUnregister(f->stage_mem);
+			f->cu->CtxPopCurrent(&c);
+		}
+		f->cu->DevicePrimaryCtxRelease(f->cu_dev);
+		f->cu = NULL;
+	}
+	if (f->stage_memh)
+		ucp_mem_unmap(f->u.ctx, f->stage_memh);
+	free(f->stage_mem);
+	free(f->stage_all);
+	f->stage_memh = NULL;
+	f->stage_mem = NULL;
+	f->stage_all = NULL;
+}
+
+/* The forwarder on a subscription of its own (backpressure): the session's
+ * (pdma_fwd_open), or any blocks layer's (bench/forward: a source of
+ * synthetic blocks). It takes the subscription over: pdma_fwd_close closes
+ * it, and so does a failure here. */
+int pdma_fwd_open_sub(struct pdma_sub *sub, const struct pdma_fwd_attr *a, struct pdma_fwd **out,
+		      char *msg, size_t msglen)
+{
+	struct pdma_fwd *f;
+	ucp_listener_params_t lp = { 0 };
+	ucp_listener_attr_t la = { 0 };
+	ucp_am_handler_param_t hp = { 0 };
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	int ret;
+
+	if (msg && msglen)
+		msg[0] = 0;
+	if (!sub || !a || a->size < sizeof(*a) || !out || !a->addr ||
+	    inet_pton(AF_INET, a->addr, &sin.sin_addr) != 1 || (a->stage && !a->stage_buffers) ||
+	    !a->max_credits) {
+		if (msg)
+			snprintf(msg, msglen, "bad forwarder attributes (address?)");
+		pdma_sub_close(sub);
+		return -EINVAL;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		pdma_sub_close(sub);
+		return -ENOMEM;
+	}
+	f->a = *a;
+	f->efd = -1;
+	pthread_mutex_init(&f->lock, NULL);
+	f->sub = sub;
+	f->bl = f->sub->bl;
+	ret = pdma_ucx_open(&f->u, msg, msglen);
+	if (ret)
+		goto err;
+	/* the session's pool, mapped once: blocks go from where peerdma put
+	 * them. Host (and pinned host) memory always; device memory only
+	 * where UCX has the CUDA memory type, else it is staged. */
+	f->stage_gpu = f->bl->mem.kind == PDMA_BLOCK_CUDA && !f->u.cuda;
+	if (!f->stage_gpu) {
+		size_t n = (size_t)f->bl->cfg.max_streams * f->bl->pool * f->bl->buf_bytes;
+		ucs_memory_type_t mt = f->bl->mem.kind == PDMA_BLOCK_CUDA ? UCS_MEMORY_TYPE_CUDA :
+									     UCS_MEMORY_TYPE_HOST;
+
+		if (pdma_ucx_map(&f->u, f->bl->pool_mem, n, mt, &f->pool_memh))
+			f->pool_memh = NULL; /* sent without a memh: UCX registers as it goes */
+	}
+	if (f->stage_gpu || f->a.stage) {
+		uint32_t n = f->a.stage_buffers ? f->a.stage_buffers : 64;
+
+		f->stage_len = (n * f->bl->buf_bytes + 4095) / 4096 * 4096;
+		f->stage_mem = aligned_alloc(4096, f->stage_len);
+		f->stage_all = calloc(n, sizeof(*f->stage_all));
+		if (!f->stage_mem || !f->stage_all ||
+		    pdma_ucx_map(&f->u, f->stage_mem, n * f->bl->buf_bytes, UCS_MEMORY_TYPE_HOST,
+				 &f->stage_memh)) {
+			ret = -ENOMEM;
+			if (msg)
+				snprintf(msg, msglen, "staging buffers: %u of %zu bytes", n, f->bl->buf_bytes);
+			goto err;
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			f->stage_all[i].p = (uint8_t *)f->stage_mem + (size_t)i * f->bl->buf_bytes;
+			f->stage_all[i].next = f->stage_free;
+			f->stage_free = &f->stage_all[i];
+		}
+		if (f->bl->mem.kind != PDMA_BLOCK_HOST)
+			stage_pin(f);
+		else
+			snprintf(f->stage_pin, sizeof(f->stage_pin), "host memory");
+	}
+	snprintf(f->desc, sizeof(f->desc), "%s; blocks in %s memory: %s%s%s", f->u.desc,
+		 f->bl->mem.kind == PDMA_BLOCK_HOST ? "host" :
+		 f->bl->mem.kind == PDMA_BLOCK_CUDA ? "GPU" : "pinned host",
+		 f->stage_gpu ? "staged through host memory (this UCX has no CUDA memory type)" :
+		 f->a.stage ? "staged through host memory (--stage)" :
+		 f->bl->mem.kind == PDMA_BLOCK_CUDA ? "sent directly from GPU memory (UCX has CUDA)" :
+		 "sent directly from the block buffers",
+		 f->stage_mem ? ", staging buffers " : "", f->stage_mem ? f->stage_pin : "");
+	f->st.ucx_cuda = f->u.cuda;
+	hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+			UCP_AM_HANDLER_PARAM_FIELD_ARG;
+	hp.arg = f;
+	hp.id = PDMA_FWD_AM_HELLO;
+	hp.cb = on_hello;
+	if (ucp_worker_set_am_recv_handler(f->u.worker, &hp) != UCS_OK)
+		goto ucx_err;
+	hp.id = PDMA_FWD_AM_CREDIT;
+	hp.cb = on_credit;
+	if (ucp_worker_set_am_recv_handler(f->u.worker, &hp) != UCS_OK)
+		goto ucx_err;
+	if (ucp_worker_get_efd(f->u.worker, &f->efd) != UCS_OK)
+		goto ucx_err;
+	sin.sin_port = htons(a->port);
+	lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+	lp.sockaddr.addr = (const struct sockaddr *)&sin;
+	lp.sockaddr.addrlen = sizeof(sin);
+	lp.conn_handler.cb = conn_request;
+	lp.conn_handler.arg = f;
+	ucs_status_t st = ucp_listener_create(f->u.worker, &lp, &f->listener);
+	if (st != UCS_OK) {
+		ret = st == UCS_ERR_BUSY ? -EADDRINUSE : -EIO;
+		if (msg)
+			snprintf(msg, msglen, "UCX listener on %s:%u: %s", a->addr, a->port,
+				 ucs_status_string(st));
+		goto err;
+	}
+	la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+	if (ucp_listener_query(f->listener, &la) != UCS_OK)
+		goto ucx_err;
+	f->port = ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
+	*out = f;
+	return 0;
+ucx_err:
+	ret = -EIO;
+	if (msg)
+		snprintf(msg, msglen, "UCX: setting up the forwarder's worker failed");
+err:
+	if (f->listener)
+		ucp_listener_destroy(f->listener);
+	stage_free_all(f);
+	if (f->pool_memh)
+		ucp_mem_unmap(f->u.ctx, f->pool_memh);
+	if (f->u.ctx)
+		pdma_ucx_close(&f->u);
+	pdma_sub_close(f->sub);
+	pthread_mutex_destroy(&f->lock);
+	free(f);
+	return ret;
+}
+
+int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct pdma_fwd **out,
+		  char *msg, size_t msglen)
+{
+	struct pdma_sub_attr sa;
+	struct pdma_sub *sub;
+	int ret;
+
+	if (!ing || !a || !out) {
+		if (msg)
+			snprintf(msg, msglen, "bad forwarder attributes");
+		return -EINVAL;
+	}
+	pdma_sub_attr_init(&sa);
+	/* the forwarder keeps what the session publishes: when the network
+	 * falls behind, the loss is at the socket, counted there. Per
+	 * consumer it never waits (credits). */
+	sa.policy = PDMA_SUB_BACKPRESSURE;
+	sa.depth = 16;
+	ret = pdma_ingest_subscribe(ing, &sa, &sub);
+	if (ret) {
+		if (msg)
+			snprintf(msg, msglen, "subscribing to the session: %s (blocks enabled?)",
+				 strerror(-ret));
+		return ret;
+	}
+	return pdma_fwd_open_sub(sub, a, out, msg, msglen);
+}
+
+uint16_t pdma_fwd_port(const struct pdma_fwd *f)
+{
+	return f->port;
+}
+
+const char *pdma_fwd_describe(const struct pdma_fwd *f)
+{
+	return f->desc;
+}
+
+int pdma_fwd_start(struct pdma_fwd *f)
+{
+	int e;
+
+	if (f->has_th)
+		return -EBUSY;
+	e = pthread_create(&f->th, NULL, fwd_main, f);
+	if (e)
+		return -e;
+	f->has_th = true;
+	return 0;
+}
+
+void pdma_fwd_stats(struct pdma_fwd *f, struct pdma_fwd_stats *s)
+{
+	pthread_mutex_lock(&f->lock);
+	*s = f->st;
+	s->consumers = s->live = 0;
+	s->dropped_blocks = s->dropped_packets = 0;
+	for (uint32_t i = 0; i < f->nc; i++) {
+		const struct fwd_consumer *c = &f->c[i];
+
+		if (!c->st.connects)
+			continue;
+		s->consumers++;
+		s->live += c->state == C_LIVE;
+		s->dropped_blocks += c->st.no_credit_blocks + c->st.gone_blocks;
+		s->dropped_packets += c->st.dropped_packets;
+	}
+	pthread_mutex_unlock(&f->lock);
+}
+
+int pdma_fwd_consumer(struct pdma_fwd *f, uint32_t i, struct pdma_fwd_consumer_stats *s)
+{
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&f->lock);
+	for (uint32_t k = 0, n = 0; k < f->nc; k++) {
+		if (!f->c[k].st.connects)
+			continue;
+		if (n++ == i) {
+			*s = f->c[k].st;
+			ret = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&f->lock);
+	return ret;
+}
+
+void pdma_fwd_close(struct pdma_fwd *f)
+{
+	if (!f)
+		return;
+	if (f->has_th) {
+		/* the thread ends on its own once the session's stop has
+		 * drained its subscription (-EPIPE); told to only where the
+		 * session never started */
+		if (!f->bl->started)
+			atomic_store(&f->quit, true);
+		pthread_join(f->th, NULL);
+	}
+	pdma_sub_close(f->sub);
+	for (uint32_t i = 0; i < f->nc; i++)
+		if (f->c[i].ep) {
+			ucp_request_param_t p = { 0 };
+
+			p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+			p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+			pdma_ucx_wait(&f->u, ucp_ep_close_nbx(f->c[i].ep, &p), 1000);
+		}
+	if (f->listener)
+		ucp_listener_destroy(f->listener);
+	if (f->pool_memh)
+		ucp_mem_unmap(f->u.ctx, f->pool_memh);
+	stage_free_all(f);
+	pdma_ucx_close(&f->u);
+	pthread_mutex_destroy(&f->lock);
+	free(f);
+}

@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# peerdma forward end to end over loopback, UCX's tcp transport (issue 16):
+#  split     gen -> forward -> two consumers, each asking for half of the
+#            streams: every sample arrives, gaps exactly at gen's losses
+#            (sigmf_check.py against gen's pcap, --streams: the consumer's
+#            half and nothing else), the consumers' gap counts are the
+#            session's losses, nothing dropped; again with --stage (the
+#            staging path GPU blocks take where UCX has no CUDA)
+#  kill      one consumer killed (SIGKILL) mid-run and restarted under its
+#            name: the other's streams complete; every block of the session
+#            sent or counted as dropped (gone) for the dead one
+#  bad       garbage bytes to the UCX listener, a HELLO of random bytes, a
+#            wrong protocol version (each: a clear refusal), a consumer
+#            that never returns a credit and one stopped (SIGSTOP) mid-run
+#            (each dropped after --stall-ms): the good consumer beside them
+#            gets every sample
+# tests/forward/netns-test.sh runs it with the forwarder (and gen) and each
+# consumer in a network namespace of its own: RUN_FWD, RUN_A, RUN_B prefix
+# their commands (ip netns exec NAME), LISTEN is the forwarder's UCX address,
+# CONN_A and CONN_B the addresses the consumers reach it at.
+#  gpu       (not by default: forward_gpu) blocks in GPU memory, staged where
+#            UCX has no CUDA; exit 77 without a CUDA device
+# usage: tests/forward/forward-test.sh PEERDMA_TOOL [split|kill|bad|gpu]...
+set -euo pipefail
+tool=$1
+shift
+cases=${*:-split kill bad}
+src=$(cd "$(dirname "$0")" && pwd)
+check=$src/../record/sigmf_check.py
+export UCX_TLS=${UCX_TLS:-tcp}
+# ingest's UDP address (gen sends there), the forwarder's UCX listener, the
+# addresses consumers a and b connect to, and how each side runs
+addr=127.0.0.1
+listen=${LISTEN:-127.0.0.1}
+conn_a=${CONN_A:-$listen}
+conn_b=${CONN_B:-$listen}
+run_fwd=${RUN_FWD:-}
+run_a=${RUN_A:-}
+run_b=${RUN_B:-}
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+py=
+for p in python3 /usr/bin/python3; do
+	if "$p" -c 'import numpy, jsonschema' 2>/dev/null; then
+		py=$p
+		break
+	fi
+done
+[ -n "$py" ] || { echo "forward-test: no python3 with numpy and jsonschema (scripts/install-deps test)"; exit 1; }
+
+fail() { echo "forward-test: $*"; for f in "$d"/*.err; do echo "== $f"; cat "$f"; done; exit 1; }
+
+# wait_for FILE REGEX PID: the line in FILE (60 s: sanitizers start slowly)
+wait_for() {
+	for _ in $(seq 600); do
+		grep -qE "$2" "$1" 2>/dev/null && return 0
+		kill -0 "$3" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# start_fwd NAME [OPTIONS]: the forwarder; sets fpid, uport (UDP), fport (UCX)
+start_fwd() {
+	$run_fwd "$tool" forward --bind "$addr" --port 0 --listen "$listen" --fwd-port 0 --idle 1500 --json "$d/fwd.json" \
+		"$@" 2>"$d/fwd.err" &
+	fpid=$!
+	pids+=("$fpid")
+	wait_for "$d/fwd.err" "listening on $addr:[0-9]+" "$fpid" || fail "forward did not start"
+	uport=$(grep -oE "listening on $addr:[0-9]+" "$d/fwd.err" | cut -d: -f2)
+	fport=$(grep -oE "UCX listener on $listen:[0-9]+" "$d/fwd.err" | cut -d: -f2)
+	[ -n "$fport" ] || fail "no UCX listener line"
+}
+
+# start_consumer VAR RUN ADDR NAME STREAMS [OPTIONS]: a consumer writing $d/NAME/
+start_consumer() {
+	local var=$1 run=$2 caddr=$3 name=$4 streams=$5 p
+	shift 5
+	mkdir -p "$d/$name"
+	$run "$tool" consume --connect "$caddr:$fport" --name "$name" --streams "$streams" \
+		--dir "$d/$name" --prefix cap --no-sync --json "$d/$name.json" "$@" 2>>"$d/$name.err" &
+	p=$!
+	pids+=("$p")
+	printf -v "$var" %s "$p"
+	wait_for "$d/$name.err" "'$name' receiving" "$p" || fail "consumer $name did not connect"
+}
+
+gen() {
+	$run_fwd "$tool" gen --host "$addr" --port "$uport" --seed 7 --pcap "$d/sent.pcap" "$@" >/dev/null \
+		2>"$d/gen.err" || fail "gen failed"
+}
+
+sigmf() { "$py" "$check" "$d/$1" cap "$d/sent.pcap" 10000000 --streams "$2"; }
+
+# json EXPR: a Python expression over f (forward's summary), a, b (consumers')
+json() {
+	"$py" - "$d" "$1" <<'PY'
+import json, os, sys
+d, expr = sys.argv[1], sys.argv[2]
+def load(n):
+    p = os.path.join(d, n)
+    return json.load(open(p)) if os.path.exists(p) else {}
+s = load("fwd.json")
+f = s.get("forward", {})
+streams = {x["stream_id"]: x for x in s.get("streams", [])}
+c = {x["name"]: x for x in f.get("consumers", [])}
+a, b = load("a.json"), load("b.json")
+if not eval(expr):
+    print("does not hold: %s" % expr)
+    print(json.dumps({"forward": f, "a": a, "b": b}, indent=1)[:4000])
+    sys.exit(1)
+PY
+}
+
+split() {
+	local mode=$1
+	d=$tmp/split-$mode
+	mkdir -p "$d"
+	start_fwd $([ "$mode" = stage ] && echo --stage)
+	if [ "$mode" = stage ]; then
+		grep -q 'staged through host memory (--stage)' "$d/fwd.err" || fail "no staging line"
+	fi
+	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
+	start_consumer cb "$run_b" "$conn_b" b 0x1002,0x1003
+	gen --streams 4 --packets 3000 --loss 10 --loss-burst 2 --dup 10 --reorder 10 --rate 40000
+	wait "$fpid" || fail "forward failed"
+	wait "$ca" || fail "consumer a failed"
+	wait "$cb" || fail "consumer b failed"
+	sigmf a 0x1000,0x1001 || fail "consumer a's recordings"
+	sigmf b 0x1002,0x1003 || fail "consumer b's recordings"
+	# the consumers' gaps are the session's losses, nothing dropped
+	json 'a["gap_packets"] == streams[0x1000]["lost"] + streams[0x1001]["lost"] > 0' || fail "a's gaps"
+	json 'b["gap_packets"] == streams[0x1002]["lost"] + streams[0x1003]["lost"] > 0' || fail "b's gaps"
+	json 'f["dropped_blocks"] == 0 and f["sent_blocks"] == f["blocks_in"] == a["blocks"] + b["blocks"]' ||
+		fail "accounting"
+	[ "$mode" != stage ] || json 'f["staged_blocks"] == f["blocks_in"] > 0' || fail "staged count"
+	echo "forward-test: split ($mode): passed"
+}
+
+kill_one() {
+	d=$tmp/kill
+	mkdir -p "$d"
+	start_fwd
+	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
+	start_consumer cb "$run_b" "$conn_b" b 0x1002,0x1003
+	gen --streams 4 --packets 12000 --loss 5 --rate 8000 &
+	local gp=$!
+	pids+=("$gp")
+	# b dies once it has written some of its samples
+	for _ in $(seq 300); do
+		[ -s "$d/b/cap-0x1002.sigmf-data" ] && break
+		sleep 0.1
+	done
+	kill -9 "$cb"
+	wait "$cb" 2>/dev/null || true
+	# the forwarder has seen it go (UCX's error callback) before it comes back
+	wait_for "$d/fwd.err" "consumer 'b': connection lost" "$fpid" || fail "b's loss not reported"
+	sleep 0.5 # gone for a while: its streams' blocks count as dropped meanwhile
+	# and comes back under its name (its data to a directory of its own)
+	mv "$d/b" "$d/b-first"
+	mv "$d/b.err" "$d/b-first.err"
+	start_consumer cb "$run_b" "$conn_b" b 0x1002,0x1003
+	wait "$gp" || fail "gen failed"
+	wait "$fpid" || fail "forward failed"
+	wait "$ca" || fail "consumer a failed"
+	wait "$cb" || fail "restarted consumer b failed"
+	sigmf a 0x1000,0x1001 || fail "consumer a's recordings after b was killed"
+	# b's blocks while it was gone: dropped, counted; every block accounted
+	json 'c["b"]["gone_blocks"] > 0 and c["b"]["connects"] == 2 and c["a"]["gone_blocks"] == 0' ||
+		fail "b's drops"
+	json 'c["a"]["no_credit_blocks"] == 0 and a["blocks"] == c["a"]["sent_blocks"]' || fail "a's blocks"
+	json 'f["blocks_in"] == c["a"]["sent_blocks"] + c["b"]["sent_blocks"] + c["b"]["gone_blocks"] + c["b"]["no_credit_blocks"]' ||
+		fail "every block sent or dropped"
+	json 'b["fwd_dropped_blocks"] == c["b"]["gone_blocks"] + c["b"]["no_credit_blocks"]' ||
+		fail "END's count to b"
+	echo "forward-test: kill: passed ($(grep -o 'consumer b .*' "$d/fwd.err" | tail -1))"
+}
+
+bad() {
+	d=$tmp/bad
+	mkdir -p "$d"
+	start_fwd --stall-ms 1000
+	# garbage on the listener's TCP socket
+	$run_a "$py" - "$conn_a" "$fport" <<'PY' || fail "garbage connection"
+import os, socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.sendall(os.urandom(4096))
+s.close()
+PY
+	# a HELLO of random bytes, another protocol version: refused, said so
+	mkdir -p "$d/g" "$d/v"
+	if $run_a "$tool" consume --connect "$conn_a:$fport" --name g --test-garbage-hello 2>"$d/g.err"; then
+		fail "a garbage HELLO was accepted"
+	fi
+	grep -q 'refused: malformed HELLO' "$d/g.err" || fail "garbage HELLO: no clear refusal"
+	if $run_a "$tool" consume --connect "$conn_a:$fport" --name v --test-version 2 2>"$d/v.err"; then
+		fail "protocol version 2 was accepted"
+	fi
+	grep -q 'protocol version 2 refused: this forwarder speaks 1' "$d/v.err" ||
+		fail "version 2: no clear refusal"
+	# a consumer that never returns a credit, on the good one's streams
+	start_consumer cs "$run_b" "$conn_b" s 0x1000,0x1001 --test-no-credits
+	# and one that stops reading altogether (SIGSTOP) once it has some blocks
+	start_consumer ct "$run_b" "$conn_b" t 0x1000,0x1001
+	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
+	gen --streams 2 --packets 8000 --loss 5 --rate 6000 &
+	local gp=$!
+	pids+=("$gp")
+	for _ in $(seq 300); do
+		[ -s "$d/t/cap-0x1000.sigmf-data" ] && break
+		sleep 0.1
+	done
+	kill -STOP "$ct"
+	wait "$gp" || fail "gen failed"
+	wait "$fpid" || fail "forward failed"
+	wait "$ca" || fail "consumer a failed"
+	kill -CONT "$ct"
+	if wait "$cs"; then fail "the consumer without credits was not dropped"; fi
+	if wait "$ct"; then fail "the stopped consumer was not dropped"; fi
+	sigmf a 0x1000,0x1001 || fail "the good consumer's recordings"
+	json 'c["s"]["stalled"] and 0 < c["s"]["sent_blocks"] <= 16 and c["s"]["no_credit_blocks"] > 0' ||
+		fail "the stalled consumer's account"
+	json 'c["a"]["no_credit_blocks"] == 0 and c["a"]["sent_blocks"] == f["blocks_in"] and f["refused"] >= 2' ||
+		fail "the good consumer's account"
+	grep -q "consumer 's': no credit for 1000 ms: dropped" "$d/fwd.err" || fail "no stall line"
+	json 'c["t"]["stalled"] and 0 < c["t"]["sent_blocks"] < f["blocks_in"] and c["t"]["no_credit_blocks"] > 0' ||
+		fail "the stopped consumer's account"
+	echo "forward-test: bad: passed (refused $(grep -c 'a consumer:' "$d/fwd.err") HELLOs; stalled consumer dropped)"
+}
+
+# GPU blocks (--path host-staged: the session's pools in GPU memory): sent
+# directly where UCX has the CUDA memory type, else staged through pinned
+# host buffers, which forward says; the bytes checked as in split. 77
+# without a CUDA device.
+gpu() {
+	d=$tmp/gpu
+	mkdir -p "$d"
+	$run_fwd "$tool" forward --path host-staged --bind "$addr" --port 0 --listen "$listen" \
+		--fwd-port 0 --idle 1500 --json "$d/fwd.json" 2>"$d/fwd.err" &
+	fpid=$!
+	pids+=("$fpid")
+	if ! wait_for "$d/fwd.err" "listening on $addr:[0-9]+" "$fpid"; then
+		if grep -q 'needs a CUDA device' "$d/fwd.err"; then
+			echo "forward-test: gpu: skipped: no CUDA device"
+			return 77
+		fi
+		fail "forward --path host-staged did not start"
+	fi
+	uport=$(grep -oE "listening on $addr:[0-9]+" "$d/fwd.err" | cut -d: -f2)
+	fport=$(grep -oE "UCX listener on $listen:[0-9]+" "$d/fwd.err" | cut -d: -f2)
+	grep -E 'blocks in GPU memory: (staged through host memory \(this UCX has no CUDA memory type\)|sent directly from GPU memory)' \
+		"$d/fwd.err" || fail "no line saying how GPU blocks go"
+	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
+	gen --streams 2 --packets 4000 --loss 10 --loss-burst 2 --dup 10 --reorder 10 --rate 40000
+	wait "$fpid" || fail "forward failed"
+	wait "$ca" || fail "consumer a failed"
+	sigmf a 0x1000,0x1001 || fail "consumer a's recordings of GPU blocks"
+	json 'a["gap_packets"] == streams[0x1000]["lost"] + streams[0x1001]["lost"] > 0' || fail "a's gaps"
+	json 'f["dropped_blocks"] == 0 and f["sent_blocks"] == f["blocks_in"] == a["blocks"]' || fail "accounting"
+	json 'f["ucx_cuda"] or f["staged_blocks"] == f["blocks_in"]' || fail "not every GPU block staged"
+	echo "forward-test: gpu: passed ($(grep -o 'blocks in GPU memory: [^;]*' "$d/fwd.err"); staging $("$py" -c \
+		'import json,sys; f=json.load(open(sys.argv[1]))["forward"]; print("%.2f GB/s, %d blocks" % (f["stage_GBps"], f["staged_blocks"]))' \
+		"$d/fwd.json"))"
+}
+
+st=0
+for c in $cases; do
+	case $c in
+	split) split direct; split stage ;;
+	kill) kill_one ;;
+	bad) bad ;;
+	gpu) gpu || st=$? ;;
+	*) echo "forward-test: unknown case $c"; exit 2 ;;
+	esac
+done
+[ "$st" = 0 ] || exit "$st"
+echo "forward-test: passed"
