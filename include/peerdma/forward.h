@@ -18,6 +18,14 @@
  * asked of the forwarder), pdma_consume_start, pdma_sub_next ... -EPIPE once
  * the forwarder said END (or went away: pdma_consume_stats says which), then
  * pdma_sub_close and pdma_consume_close. Blocks are in host memory.
+ *
+ * UCX (libucp.so.0, or PEERDMA_LIBUCP) is loaded by the first pdma_fwd_open
+ * or pdma_consume_open of the process, not linked: a program that never
+ * forwards never loads it. That first open sets UCX_MEM_EVENTS=no (setenv)
+ * unless the environment sets UCX_MEM_EVENTS: Debian's UCX 1.13 otherwise
+ * patches libc's mremap at load and breaks MREMAP_FIXED process-wide. Make
+ * the first open before other threads may call getenv, or set the variable
+ * yourself. Without UCX both opens return -ENODEV (msg says what is missing).
  */
 #ifndef PEERDMA_FORWARD_H
 #define PEERDMA_FORWARD_H
@@ -78,8 +86,8 @@ struct pdma_fwd_consumer_stats {
 struct pdma_fwd;
 
 void pdma_fwd_attr_init(struct pdma_fwd_attr *a);
-/* -EINVAL bad attributes or no blocks on the session; -EADDRINUSE; -EIO a
- * UCX failure (msg says which). */
+/* -EINVAL bad attributes or no blocks on the session; -EADDRINUSE; -ENODEV
+ * no UCX; -EIO a UCX failure (msg says which). */
 int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct pdma_fwd **f,
 		  char *msg, size_t msglen);
 uint16_t pdma_fwd_port(const struct pdma_fwd *f);
@@ -116,7 +124,7 @@ struct pdma_consume;
 
 void pdma_consume_attr_init(struct pdma_consume_attr *a);
 /* -ECONNREFUSED / -ETIMEDOUT no forwarder; -EPROTONOSUPPORT or the
- * forwarder's refusal (msg: its reason); -EIO UCX. */
+ * forwarder's refusal (msg: its reason); -ENODEV no UCX; -EIO UCX. */
 int pdma_consume_open(const struct pdma_consume_attr *a, struct pdma_consume **c, char *msg,
 		      size_t msglen);
 uint32_t pdma_consume_block_packets(const struct pdma_consume *c);

@@ -201,7 +201,7 @@ static void recv_done(void *req, ucs_status_t status, size_t length, void *user)
 	}
 	free(r);
 	if (req)
-		ucp_request_free(req);
+		c->u.api->request_free(req);
 }
 
 /* The stream table index of sid, a new one the first time. */
@@ -249,7 +249,7 @@ static ucs_status_t on_block(void *arg, const void *hdr, size_t hlen, void *data
 		/* a forwarder that breaks the protocol: nothing it sends is
 		 * trusted from here on */
 		if (rndv)
-			ucp_am_data_release(c->u.worker, data);
+			c->u.api->am_data_release(c->u.worker, data);
 		fail(c, -EPROTO);
 		return UCS_OK;
 	}
@@ -263,7 +263,7 @@ static ucs_status_t on_block(void *arg, const void *hdr, size_t hlen, void *data
 		/* every buffer of the stream held by the program (or too many
 		 * streams): dropped here, counted, and its credit goes back */
 		if (rndv)
-			ucp_am_data_release(c->u.worker, data);
+			c->u.api->am_data_release(c->u.worker, data);
 		atomic_fetch_add_explicit(&c->bl->window_drops, h.npackets, memory_order_relaxed);
 		pthread_mutex_lock(&c->lock);
 		c->st.local_drops++;
@@ -290,7 +290,7 @@ static ucs_status_t on_block(void *arg, const void *hdr, size_t hlen, void *data
 	ucs_status_ptr_t rq;
 
 	if (!r) {
-		ucp_am_data_release(c->u.worker, data);
+		c->u.api->am_data_release(c->u.worker, data);
 		pthread_mutex_lock(&c->bl->lock);
 		pdma_blocks_put_buf(c->bl, b);
 		pthread_mutex_unlock(&c->bl->lock);
@@ -309,7 +309,7 @@ static ucs_status_t on_block(void *arg, const void *hdr, size_t hlen, void *data
 		p.memh = c->memh;
 	}
 	c->recvs++;
-	rq = ucp_am_recv_data_nbx(c->u.worker, data, buf, len, &p);
+	rq = c->u.api->am_recv_data_nbx(c->u.worker, data, buf, len, &p);
 	if (rq == NULL)
 		recv_done(NULL, UCS_OK, len, r);
 	else if (UCS_PTR_IS_ERR(rq))
@@ -319,15 +319,18 @@ static ucs_status_t on_block(void *arg, const void *hdr, size_t hlen, void *data
 
 /* A control AM (HELLO, CREDIT): header copied, freed when sent. */
 struct ctl {
+	const struct pdma_ucp_api *api; /* for the completion, which has no c */
 	uint8_t hdr[PDMA_FWD_HELLO_FIXED + 4 * PDMA_FWD_MAX_SUBS];
 };
 
 static void ctl_done(void *req, ucs_status_t status, void *user)
 {
+	const struct pdma_ucp_api *api = ((struct ctl *)user)->api;
+
 	(void)status;
 	free(user);
 	if (req)
-		ucp_request_free(req);
+		api->request_free(req);
 }
 
 static int ctl_send(struct pdma_consume *c, unsigned id, struct ctl *m, size_t hlen)
@@ -341,7 +344,8 @@ static int ctl_send(struct pdma_consume *c, unsigned id, struct ctl *m, size_t h
 	p.flags = UCP_AM_SEND_FLAG_REPLY;
 	p.cb.send = ctl_done;
 	p.user_data = m;
-	r = ucp_am_send_nbx(c->ep, id, m->hdr, hlen, NULL, 0, &p);
+	m->api = c->u.api;
+	r = c->u.api->am_send_nbx(c->ep, id, m->hdr, hlen, NULL, 0, &p);
 	if (r == NULL) {
 		free(m);
 		return 0;
@@ -395,7 +399,7 @@ static void *consume_main(void *arg)
 		 * so a batch must stay well below any window it keeps */
 		if (!k || c->credit_pending >= 4)
 			send_credits(c);
-		if (!k && ucp_worker_arm(c->u.worker) == UCS_OK)
+		if (!k && c->u.api->worker_arm(c->u.worker) == UCS_OK)
 			poll(&pfd, 1, 50);
 	}
 	pdma_ucx_progress(&c->u);
@@ -429,8 +433,11 @@ int pdma_consume_open_faults(const struct pdma_consume_attr *a, const struct pdm
 		return -EINVAL;
 	}
 	for (const char *p = a->name; *p; p++)
-		if (*p < 0x20 || *p > 0x7e)
+		if (*p < 0x20 || *p > 0x7e) {
+			if (msg)
+				snprintf(msg, msglen, "consumer name: printable ASCII only");
 			return -EINVAL;
+		}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -454,17 +461,17 @@ int pdma_consume_open_faults(const struct pdma_consume_attr *a, const struct pdm
 	hp.arg = c;
 	hp.id = PDMA_FWD_AM_WELCOME;
 	hp.cb = on_welcome;
-	st = ucp_worker_set_am_recv_handler(c->u.worker, &hp);
+	st = c->u.api->worker_set_am_recv_handler(c->u.worker, &hp);
 	hp.id = PDMA_FWD_AM_BLOCK;
 	hp.cb = on_block;
 	if (st == UCS_OK)
-		st = ucp_worker_set_am_recv_handler(c->u.worker, &hp);
+		st = c->u.api->worker_set_am_recv_handler(c->u.worker, &hp);
 	hp.id = PDMA_FWD_AM_END;
 	hp.cb = on_end;
 	if (st == UCS_OK)
-		st = ucp_worker_set_am_recv_handler(c->u.worker, &hp);
+		st = c->u.api->worker_set_am_recv_handler(c->u.worker, &hp);
 	if (st == UCS_OK)
-		st = ucp_worker_get_efd(c->u.worker, &c->efd);
+		st = c->u.api->worker_get_efd(c->u.worker, &c->efd);
 	sin.sin_port = htons(a->port);
 	ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
 			UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -475,12 +482,12 @@ int pdma_consume_open_faults(const struct pdma_consume_attr *a, const struct pdm
 	ep.err_handler.cb = ep_err;
 	ep.err_handler.arg = c;
 	if (st == UCS_OK)
-		st = ucp_ep_create(c->u.worker, &ep, &c->ep);
+		st = c->u.api->ep_create(c->u.worker, &ep, &c->ep);
 	if (st != UCS_OK) {
 		ret = pdma_ucx_errno(st);
 		if (msg)
 			snprintf(msg, msglen, "UCX: connecting to %s:%u: %s", a->addr, a->port,
-				 ucs_status_string(st));
+				 c->u.api->status_string(st));
 		goto err;
 	}
 	h.version = c->fl.version ? c->fl.version : PDMA_FWD_VERSION;
@@ -607,10 +614,10 @@ void pdma_consume_close(struct pdma_consume *c)
 
 		p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
 		p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-		pdma_ucx_wait(&c->u, ucp_ep_close_nbx(c->ep, &p), 1000);
+		pdma_ucx_wait(&c->u, c->u.api->ep_close_nbx(c->ep, &p), 1000);
 	}
 	if (c->memh)
-		ucp_mem_unmap(c->u.ctx, c->memh);
+		c->u.api->mem_unmap(c->u.ctx, c->memh);
 	if (c->u.ctx)
 		pdma_ucx_close(&c->u);
 	if (c->bl) {

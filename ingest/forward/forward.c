@@ -144,7 +144,7 @@ static void ep_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 	char name[sizeof(c->st.name)] = "";
 	char m[80];
 
-	snprintf(m, sizeof(m), "connection lost: %s", ucs_status_string(status));
+	snprintf(m, sizeof(m), "connection lost: %s", f->u.api->status_string(status));
 	pthread_mutex_lock(&f->lock);
 	c = by_ep(f, ep);
 	if (c) {
@@ -177,7 +177,7 @@ static void conn_request(ucp_conn_request_h req, void *arg)
 	/* UCX calls without f->lock: UCX holds its own lock around the
 	 * callbacks that take it (ep_err) */
 	if (!c) {
-		ucp_listener_reject(f->listener, req);
+		f->u.api->listener_reject(f->listener, req);
 		return;
 	}
 	ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -186,7 +186,7 @@ static void conn_request(ucp_conn_request_h req, void *arg)
 	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
 	ep.err_handler.cb = ep_err;
 	ep.err_handler.arg = f;
-	if (ucp_ep_create(f->u.worker, &ep, &h) != UCS_OK) {
+	if (f->u.api->ep_create(f->u.worker, &ep, &h) != UCS_OK) {
 		pthread_mutex_lock(&f->lock);
 		f->st.refused++;
 		pthread_mutex_unlock(&f->lock);
@@ -229,7 +229,7 @@ static void send_done(void *req, ucs_status_t status, void *user)
 	f->inflight--;
 	free(s);
 	if (req)
-		ucp_request_free(req);
+		f->u.api->request_free(req);
 }
 
 /* One AM to ep; s (malloc'd, header in s->hdr) is freed when it completes. */
@@ -247,7 +247,7 @@ static int am_send(struct pdma_fwd *f, ucp_ep_h ep, unsigned id, struct fwd_send
 		p.memh = memh;
 	}
 	f->inflight++;
-	r = ucp_am_send_nbx(ep, id, s->hdr, hlen, data, len, &p);
+	r = f->u.api->am_send_nbx(ep, id, s->hdr, hlen, data, len, &p);
 	if (r == NULL) {
 		send_done(NULL, UCS_OK, s);
 		return 0;
@@ -526,7 +526,7 @@ static void housekeeping(struct pdma_fwd *f)
 		p.flags = UCP_EP_CLOSE_FLAG_FORCE;
 		/* force: a dead or stalled peer's sends are cancelled, their
 		 * blocks released (send_done) */
-		pdma_ucx_wait(&f->u, ucp_ep_close_nbx(eps[i], &p), 2000);
+		pdma_ucx_wait(&f->u, f->u.api->ep_close_nbx(eps[i], &p), 2000);
 		pthread_mutex_lock(&f->lock);
 		for (uint32_t k = 0; k < f->nc; k++)
 			if (f->c[k].ep == eps[i]) {
@@ -541,7 +541,7 @@ static void idle_wait(struct pdma_fwd *f, int ms)
 {
 	struct pollfd pfd = { .fd = f->efd, .events = POLLIN };
 
-	if (ucp_worker_arm(f->u.worker) == UCS_OK)
+	if (f->u.api->worker_arm(f->u.worker) == UCS_OK)
 		poll(&pfd, 1, ms);
 }
 
@@ -592,7 +592,7 @@ static void finish(struct pdma_fwd *f)
 		 * open after END */
 		p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
 		p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-		pdma_ucx_wait(&f->u, ucp_ep_close_nbx(f->c[i].ep, &p), 2000);
+		pdma_ucx_wait(&f->u, f->u.api->ep_close_nbx(f->c[i].ep, &p), 2000);
 		f->c[i].ep = NULL;
 		f->c[i].state = C_GONE;
 		f->c[i].st.live = false;
@@ -671,7 +671,7 @@ static void stage_free_all(struct pdma_fwd *f)
 		f->cu = NULL;
 	}
 	if (f->stage_memh)
-		ucp_mem_unmap(f->u.ctx, f->stage_memh);
+		f->u.api->mem_unmap(f->u.ctx, f->stage_memh);
 	free(f->stage_mem);
 	free(f->stage_all);
 	f->stage_memh = NULL;
@@ -766,13 +766,13 @@ int pdma_fwd_open_sub(struct pdma_sub *sub, const struct pdma_fwd_attr *a, struc
 	hp.arg = f;
 	hp.id = PDMA_FWD_AM_HELLO;
 	hp.cb = on_hello;
-	if (ucp_worker_set_am_recv_handler(f->u.worker, &hp) != UCS_OK)
+	if (f->u.api->worker_set_am_recv_handler(f->u.worker, &hp) != UCS_OK)
 		goto ucx_err;
 	hp.id = PDMA_FWD_AM_CREDIT;
 	hp.cb = on_credit;
-	if (ucp_worker_set_am_recv_handler(f->u.worker, &hp) != UCS_OK)
+	if (f->u.api->worker_set_am_recv_handler(f->u.worker, &hp) != UCS_OK)
 		goto ucx_err;
-	if (ucp_worker_get_efd(f->u.worker, &f->efd) != UCS_OK)
+	if (f->u.api->worker_get_efd(f->u.worker, &f->efd) != UCS_OK)
 		goto ucx_err;
 	sin.sin_port = htons(a->port);
 	lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -780,16 +780,16 @@ int pdma_fwd_open_sub(struct pdma_sub *sub, const struct pdma_fwd_attr *a, struc
 	lp.sockaddr.addrlen = sizeof(sin);
 	lp.conn_handler.cb = conn_request;
 	lp.conn_handler.arg = f;
-	ucs_status_t st = ucp_listener_create(f->u.worker, &lp, &f->listener);
+	ucs_status_t st = f->u.api->listener_create(f->u.worker, &lp, &f->listener);
 	if (st != UCS_OK) {
 		ret = st == UCS_ERR_BUSY ? -EADDRINUSE : -EIO;
 		if (msg)
 			snprintf(msg, msglen, "UCX listener on %s:%u: %s", a->addr, a->port,
-				 ucs_status_string(st));
+				 f->u.api->status_string(st));
 		goto err;
 	}
 	la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-	if (ucp_listener_query(f->listener, &la) != UCS_OK)
+	if (f->u.api->listener_query(f->listener, &la) != UCS_OK)
 		goto ucx_err;
 	f->port = ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
 	*out = f;
@@ -800,10 +800,10 @@ ucx_err:
 		snprintf(msg, msglen, "UCX: setting up the forwarder's worker failed");
 err:
 	if (f->listener)
-		ucp_listener_destroy(f->listener);
+		f->u.api->listener_destroy(f->listener);
 	stage_free_all(f);
 	if (f->pool_memh)
-		ucp_mem_unmap(f->u.ctx, f->pool_memh);
+		f->u.api->mem_unmap(f->u.ctx, f->pool_memh);
 	if (f->u.ctx)
 		pdma_ucx_close(&f->u);
 	pdma_sub_close(f->sub);
@@ -919,12 +919,12 @@ void pdma_fwd_close(struct pdma_fwd *f)
 
 			p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
 			p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-			pdma_ucx_wait(&f->u, ucp_ep_close_nbx(f->c[i].ep, &p), 1000);
+			pdma_ucx_wait(&f->u, f->u.api->ep_close_nbx(f->c[i].ep, &p), 1000);
 		}
 	if (f->listener)
-		ucp_listener_destroy(f->listener);
+		f->u.api->listener_destroy(f->listener);
 	if (f->pool_memh)
-		ucp_mem_unmap(f->u.ctx, f->pool_memh);
+		f->u.api->mem_unmap(f->u.ctx, f->pool_memh);
 	stage_free_all(f);
 	pdma_ucx_close(&f->u);
 	pthread_mutex_destroy(&f->lock);

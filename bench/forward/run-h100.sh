@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 16 on the GPU machine, in one call, from the build tree BUILD built on
+# the development machine (nvcc there), with what the image lacks carried in
+# BUILD/dev (bench/ingest/NOTES.md): the shared libraries, ucx_perftest
+# (Debian's ucx-utils) in BUILD/dev/bin, and Debian's jsonschema and its two
+# pure-Python dependencies in BUILD/dev/py for the SigMF checks.
+#  1. bench_forward.py: forward against ucx_perftest over loopback (tcp),
+#     64 KiB and 1 MiB, alternating in one run;
+#  2. stage_gpu.py: GPU blocks staged to pinned host memory, against the
+#     D2H copy-engine peak, every sample checked against gen's capture;
+#  3. forward-test.sh gpu (ctest's forward_gpu): two consumers of GPU blocks.
+#   usage: bench/forward/run-h100.sh [BUILD] [PYTHON]   (results in $OUT)
+set -uo pipefail
+B=$(readlink -f "${1:-build-vrt}")
+PY=${2:-/opt/torch/.venv/bin/python3}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$B/dev:$B PEERDMA_VRT_CUDA=$B/libpeerdma_vrt_cuda.so \
+	PEERDMA_VRT_CUDA_BENCH=$B/libpeerdma_vrt_cuda_bench.so PATH=$B/dev/bin:$PATH
+"$PY" -c 'import jsonschema' 2>/dev/null || export PYTHONPATH=$B/dev/py
+PATH=$(dirname "$PY"):$PATH
+exec > >(tee "$OUT/run.log") 2>&1
+date -u
+nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
+nproc
+"$PY" -c 'import numpy, jsonschema; print("python ok", numpy.__version__)'
+echo "=== 1. bench_forward"
+timeout 300 "$PY" bench/forward/bench_forward.py --build "$B" --sizes "${SIZES:-65536,1048576}" \
+	--rounds "${ROUNDS:-3}" --seconds "${SECONDS_PER:-3}" --json "$OUT/forward-h100.json"
+echo "bench_forward rc=$?"
+echo "=== 2. stage_gpu"
+timeout 200 "$PY" bench/forward/stage_gpu.py --build "$B" --json "$OUT/stage-h100.json"
+echo "stage_gpu rc=$?"
+echo "=== 3. forward-test gpu"
+timeout 200 tests/forward/forward-test.sh "$B/peerdma" gpu
+echo "forward-test gpu rc=$?"
