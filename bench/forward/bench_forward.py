@@ -120,6 +120,9 @@ def main():
     if not shutil.which("ucx_perftest"):
         sys.exit("bench_forward: no ucx_perftest (Debian's ucx-utils: scripts/install-deps bench)")
     os.environ.setdefault("UCX_TLS", "tcp")
+    # what peerdma sets for its own load of UCX (ingest/forward/ucx.h), so that
+    # both sides run UCX alike
+    os.environ.setdefault("UCX_MEM_EVENTS", "no")
     sizes = [int(x, 0) for x in a.sizes.split(",")]
     rows, res = [], {"transport": os.environ["UCX_TLS"], "header_bytes": HDR, "rounds": a.rounds,
                      "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},
