@@ -16,7 +16,7 @@
  * pinned (cuMemAllocHost) and into pageable host memory, for --seconds
  * each, one JSON line (GB/s); exit 77 without a CUDA device.
  * usage: bench_forward [--size B] [--seconds S] [--streams N] [--port P]
- *        [--consumers K] [--pool N] [--credits N] [--stage] [--d2h-peak]
+ *        [--consumers K] [--pool N] [--credits N] [--eager-max B] [--stage] [--d2h-peak]
  */
 #include <errno.h>
 #include <stdio.h>
@@ -111,7 +111,7 @@ static int d2h_peak(size_t n, double secs)
 int main(int argc, char **argv)
 {
 	unsigned long long size = 65536, seconds = 5, streams = 1, port = 0, consumers = 1, pool = 64,
-			   credits = 16;
+			   credits = 16, eager_max = 0;
 	bool stage = false, peak = false;
 	struct pdma_dfr_config cfg = { 0 };
 	struct pdma_blocks *bl;
@@ -130,7 +130,8 @@ int main(int argc, char **argv)
 					!strcmp(argv[i], "--port") ? &port :
 					!strcmp(argv[i], "--consumers") ? &consumers :
 					!strcmp(argv[i], "--pool") ? &pool :
-					!strcmp(argv[i], "--credits") ? &credits : NULL;
+					!strcmp(argv[i], "--credits") ? &credits :
+					!strcmp(argv[i], "--eager-max") ? &eager_max : NULL;
 
 		if (!strcmp(argv[i], "--stage") || !strcmp(argv[i], "--d2h-peak")) {
 			*(argv[i][2] == 's' ? &stage : &peak) = true;
@@ -138,14 +139,15 @@ int main(int argc, char **argv)
 		}
 		if (!v || arg_u(argc, argv, &i, v)) {
 			fprintf(stderr, "usage: bench_forward [--size B] [--seconds S] [--streams N] [--port P] "
-					"[--consumers K] [--pool N] [--credits N] [--stage] [--d2h-peak]\n");
+					"[--consumers K] [--pool N] [--credits N] [--eager-max B] [--stage] "
+					"[--d2h-peak]\n");
 			return 2;
 		}
 	}
 	if (!size || size % 4 || size > (1u << 30) || !streams || streams > 256 || port > 65535 ||
-	    pool < 2 || !credits) {
+	    pool < 2 || !credits || eager_max > (1ull << 30)) {
 		fprintf(stderr, "bench_forward: --size must be a multiple of 4 (at most 1 GiB), "
-				"--streams 1..256, --pool >= 2, --credits >= 1\n");
+				"--streams 1..256, --pool >= 2, --credits >= 1, --eager-max <= 1 GiB\n");
 		return 2;
 	}
 	if (peak)
@@ -181,6 +183,7 @@ int main(int argc, char **argv)
 	fa.port = (uint16_t)port;
 	fa.stage = stage;
 	fa.max_credits = (uint32_t)credits;
+	fa.eager_max = (uint32_t)eager_max;
 	fa.stall_ms = 0;
 	ret = pdma_fwd_open_sub(sub, &fa, &f, msg, sizeof(msg));
 	if (!ret)
@@ -244,11 +247,11 @@ int main(int argc, char **argv)
 	pdma_fwd_close(f);
 	printf("{\"size\": %llu, \"seconds\": %.6f, \"published\": %llu, \"blocks_in\": %llu, "
 	       "\"sent_blocks\": %llu, \"sent_bytes\": %llu, \"dropped_blocks\": %llu, "
-	       "\"staged_blocks\": %llu, \"sent_MBps\": %.1f}\n", size, t1 - t0,
+	       "\"staged_blocks\": %llu, \"eager_blocks\": %llu, \"sent_MBps\": %.1f}\n", size, t1 - t0,
 	       (unsigned long long)published, (unsigned long long)st.blocks_in,
 	       (unsigned long long)st.sent_blocks, (unsigned long long)st.sent_bytes,
 	       (unsigned long long)st.dropped_blocks, (unsigned long long)st.staged_blocks,
-	       st.sent_bytes / (t1 - t0) / 1e6);
+	       (unsigned long long)st.eager_blocks, st.sent_bytes / (t1 - t0) / 1e6);
 	pdma_blocks_close(bl, NULL, NULL);
 	return 0;
 }

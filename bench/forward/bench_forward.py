@@ -24,7 +24,7 @@ The transport is UCX_TLS (default tcp) for both; any other UCX_* setting in
 the environment applies to both. Prints a table (each round, the medians, the
 ratio forward / perftest per size) and writes JSON (--json).
 usage: bench/forward/bench_forward.py [--build build] [--sizes 65536,1048576]
-       [--seconds 4] [--rounds 3] [--stage] [--json FILE]"""
+       [--seconds 4] [--rounds 3] [--stage] [--eager-max 262144] [--json FILE]"""
 import argparse
 import json
 import os
@@ -49,20 +49,22 @@ def free_port():
     return p
 
 
-def perftest(size, seconds, guess_mbps, plain=False):
+def perftest(size, seconds, guess_mbps, plain=False, eager=False):
     """ucx_perftest's overall bandwidth in MB/s; iterations for ~seconds at
-    the rate the previous round saw (guess)."""
+    the rate the previous round saw (guess). eager: UCX_RNDV_THRESH=inf, every
+    message an eager one, as forward --eager-max sends them."""
+    env = dict(os.environ, UCX_RNDV_THRESH="inf") if eager else None
     iters = max(2000, int(guess_mbps * 1e6 * seconds / size))
     port = str(free_port())
     args = ["-t", "ucp_am_bw", "-s", str(size), "-n", str(iters), "-w", str(max(100, iters // 20)),
             "-p", port] + ([] if plain else ["-H", str(HDR), "-e", "-z"])
     srv = subprocess.Popen(["ucx_perftest"] + args, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+                           stderr=subprocess.STDOUT, text=True, env=env)
     time.sleep(0.5)
     out = ""
     for _ in range(20):  # the server may not listen yet
         cli = subprocess.run(["ucx_perftest", "127.0.0.1"] + args, capture_output=True, text=True,
-                             timeout=600)
+                             timeout=600, env=env)
         out = cli.stdout + cli.stderr
         if cli.returncode == 0:
             break
@@ -74,11 +76,12 @@ def perftest(size, seconds, guess_mbps, plain=False):
     return float(m.group(2)) * MIB / 1e6, iters
 
 
-def forward(build, size, seconds, stage, tmp):
+def forward(build, size, seconds, stage, tmp, eager_max=0):
     bf = os.path.join(build, "bench", "forward", "bench_forward")
     tool = os.path.join(build, "peerdma")
     err = open(os.path.join(tmp, "bf.err"), "w+")
-    cmd = [bf, "--size", str(size), "--seconds", str(seconds)] + (["--stage"] if stage else [])
+    cmd = [bf, "--size", str(size), "--seconds", str(seconds), "--eager-max", str(eager_max)] + \
+        (["--stage"] if stage else [])
     src = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
     port = None
     for _ in range(600):
@@ -115,6 +118,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--stage", action="store_true", help="forward stages blocks (host copy first)")
+    ap.add_argument("--eager-max", type=int, default=262144,
+                    help="sizes up to this also run eager: forward --eager-max beside perftest "
+                         "with UCX_RNDV_THRESH=inf (0: not)")
     ap.add_argument("--json")
     a = ap.parse_args()
     if not shutil.which("ucx_perftest"):
@@ -130,7 +136,8 @@ def main():
     tmp = tempfile.mkdtemp()
     try:
         for size in sizes:
-            pt, pp, fw, guess, desc = [], [], [], 1000.0, ""
+            pt, pp, fw, pe, fe, guess, desc = [], [], [], [], [], 1000.0, ""
+            eager = size <= a.eager_max
             for r in range(a.rounds):
                 p, iters = perftest(size, a.seconds, guess)
                 q, _ = perftest(size, a.seconds, guess, plain=True)
@@ -144,12 +151,31 @@ def main():
                       "MB/s (%d blocks received, %d of %d dropped for no credit)" %
                       (size, r, p, q, iters, m, j["blocks"], f["dropped_blocks"], f["blocks_in"]),
                       flush=True)
+                if eager:
+                    p, _ = perftest(size, a.seconds, guess, eager=True)
+                    m, f, j, _ = forward(a.build, size, int(max(1, a.seconds)), a.stage, tmp,
+                                         eager_max=a.eager_max)
+                    if f["eager_blocks"] != f["sent_blocks"]:
+                        sys.exit("bench_forward: --eager-max sent %d of %d blocks eager" %
+                                 (f["eager_blocks"], f["sent_blocks"]))
+                    pe.append(p)
+                    fe.append(m)
+                    print("size %8d round %d: eager: perftest %8.1f MB/s   forward %8.1f MB/s "
+                          "(%d of %d dropped for no credit)" %
+                          (size, r, p, m, f["dropped_blocks"], f["blocks_in"]), flush=True)
             mp, mq, mf = statistics.median(pt), statistics.median(pp), statistics.median(fw)
-            res["sizes"].append({"size": size, "perftest_MBps": pt, "perftest_plain_MBps": pp,
-                                 "forward_MBps": fw, "perftest_median": mp,
-                                 "perftest_plain_median": mq, "forward_median": mf,
-                                 "ratio": mf / mp if mp else 0,
-                                 "ratio_plain": mf / mq if mq else 0, "forward": desc})
+            row = {"size": size, "perftest_MBps": pt, "perftest_plain_MBps": pp,
+                   "forward_MBps": fw, "perftest_median": mp,
+                   "perftest_plain_median": mq, "forward_median": mf,
+                   "ratio": mf / mp if mp else 0,
+                   "ratio_plain": mf / mq if mq else 0, "forward": desc}
+            if eager:
+                row.update({"eager_perftest_MBps": pe, "eager_forward_MBps": fe,
+                            "eager_perftest_median": statistics.median(pe),
+                            "eager_forward_median": statistics.median(fe),
+                            "eager_forward_to_perftest": statistics.median(fe) / mp if mp else 0,
+                            "eager_ratio": statistics.median(fe) / statistics.median(pe)})
+            res["sizes"].append(row)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("\nUCX_TLS=%s, %d rounds, medians (MB/s = 1e6 bytes/s)" % (res["transport"], a.rounds))
@@ -160,6 +186,15 @@ def main():
         print("%10d %14.1f %14.1f %14.1f %7.1f%% %7.1f%%" % (
             s["size"], s["perftest_median"], s["perftest_plain_median"], s["forward_median"],
             100 * s["ratio"], 100 * s["ratio_plain"]))
+    eg = [s for s in res["sizes"] if "eager_ratio" in s]
+    if eg:
+        print("\neager (forward --eager-max %d; perftest with UCX_RNDV_THRESH=inf)" % a.eager_max)
+        print("%10s %14s %14s %8s %14s" % ("size", "perftest", "forward", "ratio",
+                                          "fwd/perftest -e"))
+        for s in eg:
+            print("%10d %14.1f %14.1f %7.1f%% %13.1f%%" % (
+                s["size"], s["eager_perftest_median"], s["eager_forward_median"],
+                100 * s["eager_ratio"], 100 * s["eager_forward_to_perftest"]))
     if res["sizes"]:
         print("forward: %s" % res["sizes"][0]["forward"])
     if a.json:

@@ -53,6 +53,13 @@ struct pdma_fwd_attr {
 	 * (16) and max_credits for every consumer of a stream, or a dead
 	 * consumer's sends (until UCX reports it) hold up the others. */
 	uint32_t max_credits;
+	/* Blocks of at most this many bytes go as eager active messages (the
+	 * consumer copies them out of UCX's receive buffers), larger ones as
+	 * UCX decides (rendezvous: zero-copy into the consumer's pool). 0
+	 * (default): UCX's own threshold for every block. Over UCX's tcp
+	 * transport eager is faster up to 256 KiB (bench/results/forward.md);
+	 * on RDMA transports leave it to UCX. */
+	uint32_t eager_max;
 };
 
 struct pdma_fwd_stats {
@@ -62,6 +69,7 @@ struct pdma_fwd_stats {
 	uint64_t sent_blocks, sent_bytes;
 	uint64_t dropped_blocks, dropped_packets; /* every consumer's, summed */
 	uint64_t staged_blocks, staged_bytes;
+	uint64_t eager_blocks;    /* sent as eager AMs (eager_max) */
 	uint64_t stage_drops;     /* blocks not sent: no staging buffer free (or the copy
 				   * failed); counted as no_credit for their consumers */
 	double stage_seconds;     /* in the staging copies (pdma_block_read: the D2H copy, after

@@ -234,12 +234,14 @@ static void send_done(void *req, ucs_status_t status, void *user)
 
 /* One AM to ep; s (malloc'd, header in s->hdr) is freed when it completes. */
 static int am_send(struct pdma_fwd *f, ucp_ep_h ep, unsigned id, struct fwd_send *s, size_t hlen,
-		   const void *data, size_t len, ucp_mem_h memh)
+		   const void *data, size_t len, ucp_mem_h memh, uint32_t flags)
 {
 	ucp_request_param_t p = { 0 };
 	ucs_status_ptr_t r;
 
-	p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+			 UCP_OP_ATTR_FIELD_FLAGS;
+	p.flags = flags;
 	p.cb.send = send_done;
 	p.user_data = s;
 	if (memh) {
@@ -274,7 +276,7 @@ static int send_welcome(struct pdma_fwd *f, ucp_ep_h ep, int status, const char 
 		w.sample_rate = f->bl->cfg.sample_rate;
 	}
 	snprintf(w.msg, sizeof(w.msg), "%s", m);
-	return am_send(f, ep, PDMA_FWD_AM_WELCOME, s, pdma_fwd_welcome_put(s->hdr, &w), NULL, 0, NULL);
+	return am_send(f, ep, PDMA_FWD_AM_WELCOME, s, pdma_fwd_welcome_put(s->hdr, &w), NULL, 0, NULL, 0);
 }
 
 static ucs_status_t on_hello(void *arg, const void *hdr, size_t hlen, void *data, size_t len,
@@ -409,6 +411,7 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 	const size_t bytes = (size_t)b->npackets * b->samples_per_packet * b->bytes_per_sample;
 	const bool stage = f->a.stage || (b->mem != PDMA_BLOCK_HOST && f->stage_gpu);
 	const size_t hlen = pdma_fwd_block_hdr_len(b->npackets);
+	const uint32_t flags = bytes <= f->a.eager_max ? UCP_AM_SEND_FLAG_EAGER : 0;
 	struct stage_buf *sb = NULL;
 	const double now = pdma_ucx_now();
 	bool stage_failed = false;
@@ -475,9 +478,10 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 		c->st.sent_bytes += bytes;
 		f->st.sent_blocks++;
 		f->st.sent_bytes += bytes;
+		f->st.eager_blocks += !!flags;
 		/* send_done takes the lock: send without it */
 		pthread_mutex_unlock(&f->lock);
-		am_send(f, s->ep, PDMA_FWD_AM_BLOCK, s, hlen, data, bytes, memh);
+		am_send(f, s->ep, PDMA_FWD_AM_BLOCK, s, hlen, data, bytes, memh, flags);
 		pthread_mutex_lock(&f->lock);
 	}
 	if (sb && !sb->refs) {
@@ -577,7 +581,7 @@ static void finish(struct pdma_fwd *f)
 				continue;
 			s->f = f;
 			pthread_mutex_unlock(&f->lock);
-			am_send(f, c->ep, PDMA_FWD_AM_END, s, pdma_fwd_end_put(s->hdr, &e), NULL, 0, NULL);
+			am_send(f, c->ep, PDMA_FWD_AM_END, s, pdma_fwd_end_put(s->hdr, &e), NULL, 0, NULL, 0);
 			pthread_mutex_lock(&f->lock);
 		}
 		pthread_mutex_unlock(&f->lock);

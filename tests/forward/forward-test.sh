@@ -5,7 +5,8 @@
 #            (sigmf_check.py against gen's pcap, --streams: the consumer's
 #            half and nothing else), the consumers' gap counts are the
 #            session's losses, nothing dropped; again with --stage (the
-#            staging path GPU blocks take where UCX has no CUDA)
+#            staging path GPU blocks take where UCX has no CUDA) and with
+#            --eager-max (every block an eager message)
 #  kill      one consumer killed (SIGKILL) mid-run and restarted under its
 #            name: the other's streams complete; every block of the session
 #            sent or counted as dropped (gone) for the dead one
@@ -121,7 +122,9 @@ split() {
 	local mode=$1
 	d=$tmp/split-$mode
 	mkdir -p "$d"
-	start_fwd $([ "$mode" = stage ] && echo --stage)
+	# eager: every block an eager AM (--eager-max), copied out of UCX's
+	# receive buffers by the consumer instead of received in place
+	start_fwd $([ "$mode" = stage ] && echo --stage) $([ "$mode" = eager ] && echo --eager-max 1073741824)
 	if [ "$mode" = stage ]; then
 		grep -q 'staged through host memory (--stage)' "$d/fwd.err" || fail "no staging line"
 	fi
@@ -139,6 +142,8 @@ split() {
 	json 'f["dropped_blocks"] == 0 and f["sent_blocks"] == f["blocks_in"] == a["blocks"] + b["blocks"]' ||
 		fail "accounting"
 	[ "$mode" != stage ] || json 'f["staged_blocks"] == f["blocks_in"] > 0' || fail "staged count"
+	[ "$mode" != eager ] || json 'f["eager_blocks"] == f["sent_blocks"] > 0' || fail "eager count"
+	[ "$mode" = eager ] || json 'f["eager_blocks"] == 0' || fail "eager without --eager-max"
 	echo "forward-test: split ($mode): passed"
 }
 
@@ -271,7 +276,7 @@ gpu() {
 st=0
 for c in $cases; do
 	case $c in
-	split) split direct; split stage ;;
+	split) split direct; split stage; split eager ;;
 	kill) kill_one ;;
 	bad) bad ;;
 	gpu) gpu || st=$? ;;

@@ -115,6 +115,7 @@ static const struct optspec forward_own[] = {
 	{ "credits", 0, UINT, NULL },
 	{ "block-packets", 0, UINT, NULL }, { "pool-blocks", 0, UINT, NULL },
 	{ "late-blocks", 0, UINT, NULL },   { "flush-idle", 0, UINT, NULL },
+	{ "eager-max", 0, UINT, NULL },
 	{ NULL, 0, FLAG, NULL },
 };
 static struct optspec forward_opts[64];
