@@ -182,6 +182,7 @@ static int forward_detach(void *arg, struct pdma_ingest *ing, json_t *summary)
 	json_object_set_new(o, "staged_bytes", json_integer((json_int_t)s.staged_bytes));
 	json_object_set_new(o, "stage_drops", json_integer((json_int_t)s.stage_drops));
 	json_object_set_new(o, "stage_seconds", json_real(s.stage_seconds));
+	json_object_set_new(o, "stage_wait_seconds", json_real(s.stage_wait_seconds));
 	json_object_set_new(o, "stage_GBps", json_real(s.stage_seconds > 0 ?
 						       s.staged_bytes / s.stage_seconds / 1e9 : 0));
 	json_object_set_new(o, "refused", json_integer((json_int_t)s.refused));

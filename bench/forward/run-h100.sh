@@ -5,7 +5,8 @@
 # (Debian's ucx-utils) in BUILD/dev/bin, and Debian's jsonschema and its two
 # pure-Python dependencies in BUILD/dev/py for the SigMF checks.
 #  1. bench_forward.py: forward against ucx_perftest over loopback (tcp),
-#     64 KiB and 1 MiB, alternating in one run;
+#     64 KiB to 1 MiB (512 KiB: the default block, 64 x 8 KiB), alternating
+#     in one run, eager as well up to 256 KiB;
 #  2. stage_gpu.py: GPU blocks staged to pinned host memory, against the
 #     D2H copy-engine peak, every sample checked against gen's capture;
 #  3. forward-test.sh gpu (ctest's forward_gpu): two consumers of GPU blocks.
@@ -25,7 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width
 nproc
 "$PY" -c 'import numpy, jsonschema; print("python ok", numpy.__version__)'
 echo "=== 1. bench_forward"
-timeout 300 "$PY" bench/forward/bench_forward.py --build "$B" --sizes "${SIZES:-65536,1048576}" \
+timeout 300 "$PY" bench/forward/bench_forward.py --build "$B" --sizes "${SIZES:-65536,262144,524288,1048576}" \
 	--rounds "${ROUNDS:-3}" --seconds "${SECONDS_PER:-3}" --json "$OUT/forward-h100.json"
 echo "bench_forward rc=$?"
 echo "=== 2. stage_gpu"

@@ -10,8 +10,9 @@ buffers first. Measured in one run:
            gen over loopback, one peerdma consume taking every stream
            (--dir: SigMF, checked sample for sample against gen's pcap with
            tests/record/sigmf_check.py unless --no-verify): the forwarder's
-           staged bytes over the time spent in its staging copies (the block's
-           event wait included), and what the consumer received per second.
+           staged bytes over the time spent in its staging copies, the wait
+           before each copy for the block's event (its production on the GPU)
+           apart, and what the consumer received per second.
 Prints a table and the ratio staging / pinned peak; JSON with --json.
 Exit 77 without a CUDA device.
 gen is paced (--rate packets/s, all streams): a consumer slower than the
@@ -116,6 +117,7 @@ def main():
     res = {"block_bytes": block, "peak": peak, "forward": how,
            "staged_blocks": fw["staged_blocks"], "staged_bytes": fw["staged_bytes"],
            "stage_seconds": fw["stage_seconds"], "stage_GBps": fw["stage_GBps"],
+           "stage_wait_seconds": fw["stage_wait_seconds"],
            "ratio_to_pinned_peak": fw["stage_GBps"] / peak["d2h_pinned_GBps"],
            "consumer_MBps": c["MBps"], "consumer_blocks": c["blocks"],
            "stage_drops": fw.get("stage_drops", 0),
@@ -128,6 +130,12 @@ def main():
     print("%-38s %10.2f   (%.1f%% of pinned peak, %d blocks)" % (
         "forward's staging copies", fw["stage_GBps"], 100 * res["ratio_to_pinned_peak"],
         fw["staged_blocks"]))
+    print("%-38s %10.2f us a block before the copies (each block's event)" % (
+        "waiting for the blocks' production",
+        1e6 * fw["stage_wait_seconds"] / max(1, fw["staged_blocks"])))
+    print("%-38s %10.2f us a block (%.2f us at the pinned peak)" % (
+        "staging copy", 1e6 * fw["stage_seconds"] / max(1, fw["staged_blocks"]),
+        1e6 * block / (peak["d2h_pinned_GBps"] * 1e9)))
     print("%-38s %10.2f" % ("consumer received", c["MBps"] / 1e3))
     if fw["dropped_blocks"]:
         print("blocks dropped at the forwarder: %d (%d for want of a staging buffer)" %

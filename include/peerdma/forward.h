@@ -72,8 +72,9 @@ struct pdma_fwd_stats {
 	uint64_t eager_blocks;    /* sent as eager AMs (eager_max) */
 	uint64_t stage_drops;     /* blocks not sent: no staging buffer free (or the copy
 				   * failed); counted as no_credit for their consumers */
-	double stage_seconds;     /* in the staging copies (pdma_block_read: the D2H copy, after
-				   * the block's event) */
+	double stage_seconds;     /* in the staging copies (pdma_block_read: the D2H copy) */
+	double stage_wait_seconds; /* before them, waiting for each block's event (the
+				   * copies that produced it still running on the GPU) */
 	uint64_t refused;         /* connections refused (garbage, another version) */
 	bool ucx_cuda;            /* the installed UCX has the CUDA memory type */
 };

@@ -176,5 +176,8 @@ struct pdma_gpu_batch;
 int pdma_blocks_gpu_mem(struct pdma_gpu_batch *gb, struct pdma_blk_mem *mem, const uint8_t **window);
 /* A consumer's CUDA stream waits for block b's event (dlpack.c). */
 int pdma_blocks_stream_wait(struct pdma_block *b, intptr_t stream);
+/* The host waits until block b's data is complete (a GPU block: its event),
+ * copying nothing: the forwarder times that apart from its staging copy. */
+int pdma_blocks_ready(const struct pdma_block *b);
 
 #endif /* PDMA_INGEST_BLOCKS_BLOCKS_H */

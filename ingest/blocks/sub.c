@@ -393,6 +393,16 @@ int pdma_block_read(const struct pdma_block *b, uint32_t first_packet, uint32_t 
 		       b->cuda_event);
 }
 
+int pdma_blocks_ready(const struct pdma_block *b)
+{
+	const struct sub_ref *r = (const struct sub_ref *)b;
+	const struct pdma_blk_mem *m = &r->sub->bl->mem;
+	char none;
+
+	/* a read of no bytes: each kind's read waits for the event first */
+	return m->read(m->arg, &none, b->data, 0, b->cuda_event);
+}
+
 int pdma_blocks_stream_wait(struct pdma_block *b, intptr_t stream)
 {
 	struct sub_ref *r = (struct sub_ref *)b;

@@ -433,10 +433,12 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 		if (stage) {
 			if (!sb && !stage_failed) {
 				sb = f->stage_free;
-				/* the copy (after the block's event) is the staging cost */
-				double t0 = pdma_ucx_now();
+				/* the copy is the staging cost; the wait before it is
+				 * for the block's own production (its event) */
+				double t0 = pdma_ucx_now(), t1 = t0;
 
-				if (!sb || pdma_block_read(b, 0, b->npackets, sb->p)) {
+				if (!sb || pdma_blocks_ready(b) || (t1 = pdma_ucx_now(), 0) ||
+				    pdma_block_read(b, 0, b->npackets, sb->p)) {
 					sb = NULL;
 					stage_failed = true;
 				} else {
@@ -444,7 +446,8 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 					sb->refs = 0;
 					f->st.staged_blocks++;
 					f->st.staged_bytes += bytes;
-					f->st.stage_seconds += pdma_ucx_now() - t0;
+					f->st.stage_wait_seconds += t1 - t0;
+					f->st.stage_seconds += pdma_ucx_now() - t1;
 				}
 			}
 			if (!sb) {
