@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width
 nproc
 "$PY" -c 'import numpy, jsonschema; print("python ok", numpy.__version__)'
 echo "=== 1. bench_forward"
-timeout 300 "$PY" bench/forward/bench_forward.py --build "$B" --sizes "${SIZES:-65536,262144,524288,1048576}" \
+timeout 420 "$PY" bench/forward/bench_forward.py --build "$B" --sizes "${SIZES:-65536,262144,524288,1048576}" \
 	--rounds "${ROUNDS:-3}" --seconds "${SECONDS_PER:-3}" --json "$OUT/forward-h100.json"
 echo "bench_forward rc=$?"
 echo "=== 2. stage_gpu"
