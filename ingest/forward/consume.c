@@ -403,6 +403,19 @@ static void *consume_main(void *arg)
 			poll(&pfd, 1, 50);
 	}
 	pdma_ucx_progress(&c->u);
+	/* END and every block before it are in: close this end now, which is
+	 * the forwarder's signal to close its own (forward.c: finish) */
+	pthread_mutex_lock(&c->lock);
+	bool bye = c->st.ended && !c->st.lost;
+	pthread_mutex_unlock(&c->lock);
+	if (c->ep && bye) {
+		ucp_request_param_t p = { 0 };
+
+		p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+		p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+		pdma_ucx_wait(&c->u, c->u.api->ep_close_nbx(c->ep, &p), 1000);
+		c->ep = NULL;
+	}
 	pdma_blocks_end_subs(c->bl);
 	atomic_store(&c->ended_subs, true);
 	return NULL;

@@ -35,6 +35,7 @@ struct fwd_consumer {
 	double since;             /* CONNECTING: when */
 	double no_credit_since;   /* 0: has credit */
 	bool granted;             /* a CREDIT came: it has started (the stall timer runs from then) */
+	bool ended;               /* END sent: its disconnect is the goodbye, not a failure */
 	uint32_t credits, inflight;
 	uint32_t nstreams, streams[PDMA_FWD_MAX_SUBS];
 	struct pdma_fwd_consumer_stats st;
@@ -147,7 +148,9 @@ static void ep_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 	snprintf(m, sizeof(m), "connection lost: %s", f->u.api->status_string(status));
 	pthread_mutex_lock(&f->lock);
 	c = by_ep(f, ep);
-	if (c) {
+	if (c && c->ended) {
+		consumer_gone(f, c, NULL);
+	} else if (c) {
 		if (c->state == C_LIVE)
 			memcpy(name, c->st.name, sizeof(name));
 		consumer_gone(f, c, m);
@@ -577,6 +580,7 @@ static void finish(struct pdma_fwd *f)
 				continue;
 			}
 			sent_end[i] = true;
+			c->ended = true;
 			e.dropped_blocks = c->st.no_credit_blocks + c->st.gone_blocks;
 			e.dropped_packets = c->st.dropped_packets;
 			s = calloc(1, sizeof(*s) + PDMA_FWD_END_LEN);
@@ -589,6 +593,21 @@ static void finish(struct pdma_fwd *f)
 		}
 		pthread_mutex_unlock(&f->lock);
 	} while ((left || f->inflight) && pdma_ucx_now() < end);
+	/* Each consumer closes its end once END and every block before it are
+	 * in (consume.c). Wait for that: a forced close here resets the
+	 * connection, and what the consumer had not read yet (the last blocks,
+	 * END) would be lost. The rest are closed after 5 s. */
+	end = pdma_ucx_now() + 5;
+	do {
+		if (!pdma_ucx_progress(&f->u))
+			idle_wait(f, 1);
+		housekeeping(f);
+		left = 0;
+		pthread_mutex_lock(&f->lock);
+		for (uint32_t i = 0; i < f->nc; i++)
+			left += f->c[i].state == C_LIVE && f->c[i].ended;
+		pthread_mutex_unlock(&f->lock);
+	} while (left && pdma_ucx_now() < end);
 	for (uint32_t i = 0; i < f->nc; i++) {
 		ucp_request_param_t p = { 0 };
 
