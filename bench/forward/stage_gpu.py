@@ -127,6 +127,8 @@ def main():
     print("%-38s %10s" % ("", "GB/s"))
     print("%-38s %10.2f" % ("D2H peak, pinned (cuMemcpyDtoH, %d B)" % block, peak["d2h_pinned_GBps"]))
     print("%-38s %10.2f" % ("D2H, pageable", peak["d2h_pageable_GBps"]))
+    if "d2h_registered_GBps" in peak:
+        print("%-38s %10.2f" % ("D2H, registered (cuMemHostRegister)", peak["d2h_registered_GBps"]))
     print("%-38s %10.2f   (%.1f%% of pinned peak, %d blocks)" % (
         "forward's staging copies", fw["stage_GBps"], 100 * res["ratio_to_pinned_peak"],
         fw["staged_blocks"]))
