@@ -45,14 +45,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-py=
-for p in python3 /usr/bin/python3; do
-	if "$p" -c 'import numpy, jsonschema' 2>/dev/null; then
-		py=$p
-		break
-	fi
-done
-[ -n "$py" ] || { echo "forward-test: no python3 with numpy and jsonschema (scripts/install-deps test)"; exit 1; }
+. "$(dirname "$0")/../lib/check-python.sh" forward-test
 
 fail() { echo "forward-test: $*"; for f in "$d"/*.err; do echo "== $f"; cat "$f"; done; exit 1; }
 

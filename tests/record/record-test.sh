@@ -17,16 +17,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-# Debian's python3 has numpy and jsonschema (scripts/install-deps test); a
-# python3 earlier in PATH (pyenv) may not.
-py=
-for p in python3 /usr/bin/python3; do
-	if "$p" -c 'import numpy, jsonschema' 2>/dev/null; then
-		py=$p
-		break
-	fi
-done
-[ -n "$py" ] || { echo "record-test: no python3 with numpy and jsonschema (scripts/install-deps test)"; exit 1; }
+. "$(dirname "$0")/../lib/check-python.sh" record-test
 
 # record_path PATH: 0 checked, 77 no CUDA device for it, else failed.
 record_path() {
