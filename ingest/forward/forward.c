@@ -438,10 +438,13 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 				sb = f->stage_free;
 				/* the copy is the staging cost; the wait before it is
 				 * for the block's own production (its event) */
-				double t0 = pdma_ucx_now(), t1 = t0;
+				double t0 = pdma_ucx_now(), t1;
+				int e = sb ? pdma_blocks_ready(b) : -ENOBUFS;
 
-				if (!sb || pdma_blocks_ready(b) || (t1 = pdma_ucx_now(), 0) ||
-				    pdma_block_read(b, 0, b->npackets, sb->p)) {
+				t1 = pdma_ucx_now();
+				if (!e)
+					e = pdma_block_read(b, 0, b->npackets, sb->p);
+				if (e) {
 					sb = NULL;
 					stage_failed = true;
 				} else {
