@@ -457,7 +457,8 @@ int pdma_consume_open_faults(const struct pdma_consume_attr *a, const struct pdm
 	c->a = *a;
 	if (fl)
 		c->fl = *fl;
-	memcpy(c->streams, a->streams, a->nstreams * sizeof(*a->streams));
+	if (a->nstreams) /* streams may be NULL with none */
+		memcpy(c->streams, a->streams, a->nstreams * sizeof(*a->streams));
 	c->a.streams = c->streams;
 	c->efd = -1;
 	pthread_mutex_init(&c->lock, NULL);
@@ -507,7 +508,8 @@ int pdma_consume_open_faults(const struct pdma_consume_attr *a, const struct pdm
 	h.credits = 0; /* granted at start, once subscribed */
 	snprintf(h.name, sizeof(h.name), "%s", a->name);
 	h.nstreams = a->nstreams;
-	memcpy(h.streams, a->streams, a->nstreams * sizeof(*a->streams));
+	if (a->nstreams)
+		memcpy(h.streams, a->streams, a->nstreams * sizeof(*a->streams));
 	m = malloc(sizeof(*m));
 	if (!m) {
 		ret = -ENOMEM;
