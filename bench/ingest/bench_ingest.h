@@ -52,12 +52,16 @@ void part_x(struct ctx *x);
  * lo says (NULL: 127.0.0.1, sendmmsg batches), its JSON record into arr
  * (extra: an object to add the row's keys to, taken; NULL: a new one); the
  * best zero-loss run's figures, per received datagram, in *f. */
-struct row_fig {
-	double pps;
+/* What a run cost, per received datagram. */
+struct rx_costs {
 	double rx_cpu_ns, rx_sys_ns; /* the receive thread: CPU time (user + system), system */
 	double softirq_ns, busy_ns;  /* all CPUs (/proc/stat): softirq, every busy state */
 	double rx_util;              /* the receive threads' CPU time over the run's time */
 	double per_buf;              /* gro: datagrams per receive buffer (the coalescing) */
+};
+struct row_fig {
+	double pps;
+	struct rx_costs c;           /* of the best zero-loss run */
 	bool sender_limited, failed;
 	/* what stopped the search: "sender" (no loss at the senders' most),
 	 * "socket" (the lowest lossy run lost mostly socket drops: the receive

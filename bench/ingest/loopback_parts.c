@@ -46,12 +46,21 @@ static void proc_stat(double *softirq, double *busy)
 struct run_fig {
 	bool ok;
 	double sent_pps, rx_pps;
-	double cpu_ns, sys_ns;      /* the receive threads (user + system; system) */
-	double softirq_ns, busy_ns; /* all CPUs: softirq; everything busy */
-	double rx_util;             /* receive threads' CPU time over the run's time */
-	double per_buf;             /* gro: datagrams per receive buffer */
+	struct rx_costs c;
 	uint64_t drops, overruns;   /* socket drops, ring overruns */
 };
+
+/* A run's or a row's costs, under the same keys. */
+static void costs_json(json_t *o, const struct rx_costs *c, bool gro)
+{
+	json_object_set_new(o, "rx_cpu_ns_per_datagram", json_real(c->rx_cpu_ns));
+	json_object_set_new(o, "rx_sys_ns_per_datagram", json_real(c->rx_sys_ns));
+	json_object_set_new(o, "softirq_ns_per_datagram", json_real(c->softirq_ns));
+	json_object_set_new(o, "all_cpus_busy_ns_per_datagram", json_real(c->busy_ns));
+	json_object_set_new(o, "rx_thread_utilization", json_real(c->rx_util));
+	if (gro)
+		json_object_set_new(o, "datagrams_per_gro_buffer", json_real(c->per_buf));
+}
 
 static int c_run(struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
 		 const struct pdma_loopback_opts *lo, double rate, double sec, json_t *runs,
@@ -77,14 +86,14 @@ static int c_run(struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
 	r->sent_pps = res.send_seconds > 0 ? (double)sent / res.send_seconds : 0;
 	r->rx_pps = res.seconds > 0 ? (double)res.totals.datagrams / res.seconds : 0;
 	r->ok = res.match && !res.totals.socket_drops && !res.totals.ring_overruns && !res.totals.truncated;
-	r->cpu_ns = res.totals.rx_cpu_s * 1e9 / n;
-	r->sys_ns = res.totals.rx_sys_s * 1e9 / n;
-	r->softirq_ns = (si1 - si0) * 1e9 / n;
-	r->busy_ns = (bu1 - bu0) * 1e9 / n;
-	r->rx_util = res.seconds > 0 ? res.totals.rx_cpu_s / res.seconds : 0;
+	r->c.rx_cpu_ns = res.totals.rx_cpu_s * 1e9 / n;
+	r->c.rx_sys_ns = res.totals.rx_sys_s * 1e9 / n;
+	r->c.softirq_ns = (si1 - si0) * 1e9 / n;
+	r->c.busy_ns = (bu1 - bu0) * 1e9 / n;
+	r->c.rx_util = res.seconds > 0 ? res.totals.rx_cpu_s / res.seconds : 0;
 	r->drops = res.totals.socket_drops;
 	r->overruns = res.totals.ring_overruns;
-	r->per_buf = res.totals.gro_buffers ? (double)res.totals.datagrams / (double)res.totals.gro_buffers : 0;
+	r->c.per_buf = res.totals.gro_buffers ? (double)res.totals.datagrams / (double)res.totals.gro_buffers : 0;
 	json_t *j = json_object();
 	json_object_set_new(j, "offered_pps", json_real(rate));
 	json_object_set_new(j, "sent_pps", json_real(r->sent_pps));
@@ -94,13 +103,7 @@ static int c_run(struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
 	json_object_set_new(j, "ring_overruns", json_integer((json_int_t)res.totals.ring_overruns));
 	json_object_set_new(j, "truncated", json_integer((json_int_t)res.totals.truncated));
 	json_object_set_new(j, "zero_loss", json_boolean(r->ok));
-	json_object_set_new(j, "rx_cpu_ns_per_datagram", json_real(r->cpu_ns));
-	json_object_set_new(j, "rx_sys_ns_per_datagram", json_real(r->sys_ns));
-	json_object_set_new(j, "softirq_ns_per_datagram", json_real(r->softirq_ns));
-	json_object_set_new(j, "all_cpus_busy_ns_per_datagram", json_real(r->busy_ns));
-	json_object_set_new(j, "rx_thread_utilization", json_real(r->rx_util));
-	if (ic->rx_io == PDMA_RX_IO_GRO)
-		json_object_set_new(j, "datagrams_per_gro_buffer", json_real(r->per_buf));
+	costs_json(j, &r->c, ic->rx_io == PDMA_RX_IO_GRO);
 	json_array_append_new(runs, j);
 	free(res.s);
 	return 0;
@@ -175,12 +178,7 @@ void c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_r
 			break;
 	}
 	f->pps = best.sent_pps;
-	f->rx_cpu_ns = best.cpu_ns;
-	f->rx_sys_ns = best.sys_ns;
-	f->softirq_ns = best.softirq_ns;
-	f->busy_ns = best.busy_ns;
-	f->rx_util = best.rx_util;
-	f->per_buf = best.per_buf;
+	f->c = best.c;
 	/* Who lost first: the socket buffer overflowed (the receive thread was
 	 * behind) or the ring (the deframer was). */
 	f->limit = f->failed ? "failed" : f->sender_limited ? "sender" : !loss_rate ? "" :
@@ -194,13 +192,7 @@ void c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_r
 	json_object_set_new(o, "max_zero_loss_pps", json_real(f->pps));
 	json_object_set_new(o, "max_zero_loss_gbps", json_real(f->pps * 1500 * 8 / 1e9));
 	json_object_set_new(o, "sender_limited", json_boolean(f->sender_limited));
-	json_object_set_new(o, "rx_cpu_ns_per_datagram", json_real(f->rx_cpu_ns));
-	json_object_set_new(o, "rx_sys_ns_per_datagram", json_real(f->rx_sys_ns));
-	json_object_set_new(o, "softirq_ns_per_datagram", json_real(f->softirq_ns));
-	json_object_set_new(o, "all_cpus_busy_ns_per_datagram", json_real(f->busy_ns));
-	json_object_set_new(o, "rx_thread_utilization", json_real(f->rx_util));
-	if (io == PDMA_RX_IO_GRO)
-		json_object_set_new(o, "datagrams_per_gro_buffer", json_real(f->per_buf));
+	costs_json(o, &f->c, io == PDMA_RX_IO_GRO);
 	json_object_set_new(o, "failed", json_boolean(f->failed));
 	json_object_set_new(o, "first_loss", json_string(f->limit));
 	json_object_set_new(o, "runs", runs);
@@ -239,7 +231,7 @@ void part_c(struct ctx *x, json_t **best1)
 				      streams, senders, NULL, arr, NULL, &f);
 				double b = f.pps;
 				printf("%12s %9s %8u %14.0f %10.2f %12.0f %s\n", pname[p], io ? "io_uring" : "recvmmsg",
-				       threads[k], b, b * 1500 * 8 / 1e9, f.rx_cpu_ns,
+				       threads[k], b, b * 1500 * 8 / 1e9, f.c.rx_cpu_ns,
 				       f.failed ? "(failed)" : f.sender_limited
 				       ? "(sender-limited: no loss at the senders' maximum)" : "");
 				if (p == 0 && k == 0 && !*best1)

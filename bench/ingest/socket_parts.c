@@ -267,10 +267,10 @@ static void g_print(const char *label, enum pdma_rx_io io, const struct row_fig 
 {
 	char buf[16] = "";
 	if (io == PDMA_RX_IO_GRO)
-		snprintf(buf, sizeof(buf), "%.1f", f->per_buf);
+		snprintf(buf, sizeof(buf), "%.1f", f->c.per_buf);
 	printf("%-24s %9s %9.3f %7.2f %9.0f %8.0f %9.0f %9.0f %6.0f%% %8.2f %7s %s\n", label, pdma_rx_io_name(io),
-	       f->pps / 1e6, f->pps * 1500 * 8 / 1e9, f->rx_cpu_ns, f->rx_sys_ns, f->softirq_ns, f->busy_ns,
-	       f->rx_util * 100, f->rx_cpu_ns > 0 ? 1e3 / f->rx_cpu_ns : 0.0, buf, f->limit);
+	       f->pps / 1e6, f->pps * 1500 * 8 / 1e9, f->c.rx_cpu_ns, f->c.rx_sys_ns, f->c.softirq_ns, f->c.busy_ns,
+	       f->c.rx_util * 100, f->c.rx_cpu_ns > 0 ? 1e3 / f->c.rx_cpu_ns : 0.0, buf, f->limit);
 }
 
 void part_g(struct ctx *x)
