@@ -11,12 +11,16 @@
  * Prints "bench_forward: UCX listener on 127.0.0.1:PORT", waits for
  * --consumers live consumers, publishes for --seconds, then ends (END to
  * the consumers) and prints one JSON line of the forwarder's counters.
+ * --rate MBPS: the source publishes at that many MB/s (1e6 bytes) at most, as
+ * a sender of a fixed rate (a digitizer) does, instead of as fast as it can:
+ * the rate forward must sustain without dropping a block.
  * --d2h-peak: instead, the yardstick of the staging path (GPU blocks where
  * UCX has no CUDA): cuMemcpyDtoH of --size bytes from device memory into
  * pinned (cuMemAllocHost) and into pageable host memory, for --seconds
  * each, one JSON line (GB/s); exit 77 without a CUDA device.
  * usage: bench_forward [--size B] [--seconds S] [--streams N] [--port P]
- *        [--consumers K] [--pool N] [--credits N] [--eager-max B] [--stage] [--d2h-peak]
+ *        [--consumers K] [--pool N] [--credits N] [--eager-max B] [--rate MBPS] [--stage]
+ *        [--d2h-peak]
  */
 #include <errno.h>
 #include <stdio.h>
@@ -124,7 +128,7 @@ static int d2h_peak(size_t n, double secs)
 int main(int argc, char **argv)
 {
 	unsigned long long size = 65536, seconds = 5, streams = 1, port = 0, consumers = 1, pool = 64,
-			   credits = 16, eager_max = 0;
+			   credits = 16, eager_max = 0, rate = 0;
 	bool stage = false, peak = false;
 	struct pdma_dfr_config cfg = { 0 };
 	struct pdma_blocks *bl;
@@ -144,7 +148,8 @@ int main(int argc, char **argv)
 					!strcmp(argv[i], "--consumers") ? &consumers :
 					!strcmp(argv[i], "--pool") ? &pool :
 					!strcmp(argv[i], "--credits") ? &credits :
-					!strcmp(argv[i], "--eager-max") ? &eager_max : NULL;
+					!strcmp(argv[i], "--eager-max") ? &eager_max :
+					!strcmp(argv[i], "--rate") ? &rate : NULL;
 
 		if (!strcmp(argv[i], "--stage") || !strcmp(argv[i], "--d2h-peak")) {
 			*(argv[i][2] == 's' ? &stage : &peak) = true;
@@ -152,8 +157,8 @@ int main(int argc, char **argv)
 		}
 		if (!v || arg_u(argc, argv, &i, v)) {
 			fprintf(stderr, "usage: bench_forward [--size B] [--seconds S] [--streams N] [--port P] "
-					"[--consumers K] [--pool N] [--credits N] [--eager-max B] [--stage] "
-					"[--d2h-peak]\n");
+					"[--consumers K] [--pool N] [--credits N] [--eager-max B] [--rate MBPS] "
+					"[--stage] [--d2h-peak]\n");
 			return 2;
 		}
 	}
@@ -228,6 +233,13 @@ int main(int argc, char **argv)
 	uint64_t seq = 0, published = 0;
 
 	do {
+		/* paced: block seq is due at t0 + seq * streams * size / rate */
+		if (rate) {
+			double due = t0 + (double)seq * (double)streams * (double)size / ((double)rate * 1e6);
+
+			while (now_s() < due)
+				;
+		}
 		for (uint32_t s = 0; s < streams; s++) {
 			struct pdma_blk *b;
 
@@ -258,13 +270,14 @@ int main(int argc, char **argv)
 	pdma_blocks_end_subs(bl);
 	pdma_fwd_stats(f, &st);
 	pdma_fwd_close(f);
-	printf("{\"size\": %llu, \"seconds\": %.6f, \"published\": %llu, \"blocks_in\": %llu, "
-	       "\"sent_blocks\": %llu, \"sent_bytes\": %llu, \"dropped_blocks\": %llu, "
+	printf("{\"size\": %llu, \"seconds\": %.6f, \"published\": %llu, \"offered_MBps\": %.1f, "
+	       "\"blocks_in\": %llu, \"sent_blocks\": %llu, \"sent_bytes\": %llu, \"dropped_blocks\": %llu, "
 	       "\"staged_blocks\": %llu, \"eager_blocks\": %llu, \"sent_MBps\": %.1f}\n", size, t1 - t0,
-	       (unsigned long long)published, (unsigned long long)st.blocks_in,
-	       (unsigned long long)st.sent_blocks, (unsigned long long)st.sent_bytes,
-	       (unsigned long long)st.dropped_blocks, (unsigned long long)st.staged_blocks,
-	       (unsigned long long)st.eager_blocks, st.sent_bytes / (t1 - t0) / 1e6);
+	       (unsigned long long)published, (double)published * (double)size / (t1 - t0) / 1e6,
+	       (unsigned long long)st.blocks_in, (unsigned long long)st.sent_blocks,
+	       (unsigned long long)st.sent_bytes, (unsigned long long)st.dropped_blocks,
+	       (unsigned long long)st.staged_blocks, (unsigned long long)st.eager_blocks,
+	       st.sent_bytes / (t1 - t0) / 1e6);
 	pdma_blocks_close(bl, NULL, NULL);
 	return 0;
 }

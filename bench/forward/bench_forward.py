@@ -23,8 +23,13 @@ Each round, alternating (both see the same machine state):
 The transport is UCX_TLS (default tcp) for both; any other UCX_* setting in
 the environment applies to both. Prints a table (each round, the medians, the
 ratio forward / perftest per size) and writes JSON (--json).
+  paced     forward again with the source publishing at --paced (0.9) x
+            the round's perftest rate, as a fixed-rate sender does: does it
+            carry that without dropping a block (the real-time form of the
+            goal, >= 90% of perftest)?
 usage: bench/forward/bench_forward.py [--build build] [--sizes 65536,1048576]
-       [--seconds 4] [--rounds 3] [--stage] [--eager-max 262144] [--json FILE]"""
+       [--seconds 4] [--rounds 3] [--stage] [--eager-max 262144] [--paced 0.9]
+       [--json FILE]"""
 import argparse
 import json
 import os
@@ -76,12 +81,12 @@ def perftest(size, seconds, guess_mbps, plain=False, eager=False):
     return float(m.group(2)) * MIB / 1e6, iters
 
 
-def forward(build, size, seconds, stage, tmp, eager_max=0):
+def forward(build, size, seconds, stage, tmp, eager_max=0, rate=0):
     bf = os.path.join(build, "bench", "forward", "bench_forward")
     tool = os.path.join(build, "peerdma")
     err = open(os.path.join(tmp, "bf.err"), "w+")
-    cmd = [bf, "--size", str(size), "--seconds", str(seconds), "--eager-max", str(eager_max)] + \
-        (["--stage"] if stage else [])
+    cmd = [bf, "--size", str(size), "--seconds", str(seconds), "--eager-max", str(eager_max),
+           "--rate", str(int(rate))] + (["--stage"] if stage else [])
     src = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
     port = None
     for _ in range(600):
@@ -121,6 +126,9 @@ def main():
     ap.add_argument("--eager-max", type=int, default=262144,
                     help="sizes up to this also run eager: forward --eager-max beside perftest "
                          "with UCX_RNDV_THRESH=inf (0: not)")
+    ap.add_argument("--paced", type=float, default=0.9,
+                    help="also run the source paced at this fraction of the round's perftest rate: "
+                         "does forward carry it without dropping a block? (0: not)")
     ap.add_argument("--json")
     a = ap.parse_args()
     if not shutil.which("ucx_perftest"):
@@ -137,6 +145,7 @@ def main():
     try:
         for size in sizes:
             pt, pp, fw, pe, fe, guess, desc = [], [], [], [], [], 1000.0, ""
+            paced, paced_e = [], []
             eager = size <= a.eager_max
             for r in range(a.rounds):
                 p, iters = perftest(size, a.seconds, guess)
@@ -151,6 +160,16 @@ def main():
                       "MB/s (%d blocks received, %d of %d dropped for no credit)" %
                       (size, r, p, q, iters, m, j["blocks"], f["dropped_blocks"], f["blocks_in"]),
                       flush=True)
+                if a.paced:
+                    m2, f2, _, _ = forward(a.build, size, int(max(1, a.seconds)), a.stage, tmp,
+                                           rate=a.paced * p)
+                    paced.append({"perftest_MBps": p, "offered_MBps": f2["offered_MBps"],
+                                  "received_MBps": m2, "dropped_blocks": f2["dropped_blocks"],
+                                  "blocks_in": f2["blocks_in"]})
+                    print("size %8d round %d: paced at %.0f%% of perftest: offered %8.1f MB/s, "
+                          "received %8.1f, %d of %d blocks dropped" %
+                          (size, r, 100 * a.paced, f2["offered_MBps"], m2, f2["dropped_blocks"],
+                           f2["blocks_in"]), flush=True)
                 if eager:
                     p, _ = perftest(size, a.seconds, guess, eager=True)
                     m, f, j, _ = forward(a.build, size, int(max(1, a.seconds)), a.stage, tmp,
@@ -163,12 +182,26 @@ def main():
                     print("size %8d round %d: eager: perftest %8.1f MB/s   forward %8.1f MB/s "
                           "(%d of %d dropped for no credit)" %
                           (size, r, p, m, f["dropped_blocks"], f["blocks_in"]), flush=True)
+                    if a.paced:
+                        m2, f2, _, _ = forward(a.build, size, int(max(1, a.seconds)), a.stage, tmp,
+                                               eager_max=a.eager_max, rate=a.paced * p)
+                        paced_e.append({"perftest_MBps": p, "offered_MBps": f2["offered_MBps"],
+                                        "received_MBps": m2, "dropped_blocks": f2["dropped_blocks"],
+                                        "blocks_in": f2["blocks_in"]})
+                        print("size %8d round %d: eager, paced at %.0f%% of eager perftest: offered "
+                              "%8.1f MB/s, received %8.1f, %d of %d blocks dropped" %
+                              (size, r, 100 * a.paced, f2["offered_MBps"], m2, f2["dropped_blocks"],
+                               f2["blocks_in"]), flush=True)
             mp, mq, mf = statistics.median(pt), statistics.median(pp), statistics.median(fw)
             row = {"size": size, "perftest_MBps": pt, "perftest_plain_MBps": pp,
                    "forward_MBps": fw, "perftest_median": mp,
                    "perftest_plain_median": mq, "forward_median": mf,
                    "ratio": mf / mp if mp else 0,
                    "ratio_plain": mf / mq if mq else 0, "forward": desc}
+            if paced:
+                row["paced"] = paced
+            if paced_e:
+                row["eager_paced"] = paced_e
             if eager:
                 row.update({"eager_perftest_MBps": pe, "eager_forward_MBps": fe,
                             "eager_perftest_median": statistics.median(pe),
@@ -197,6 +230,15 @@ def main():
                 100 * s["eager_ratio"], 100 * s["eager_forward_to_perftest"]))
     if res["sizes"]:
         print("forward: %s" % res["sizes"][0]["forward"])
+    if a.paced:
+        print("\npaced: the source at %.0f%% of the round's perftest rate (eager: of eager perftest); "
+              "per round: received MB/s / blocks dropped" % (100 * a.paced))
+        for s in res["sizes"]:
+            for key, name in (("paced", "rendezvous"), ("eager_paced", "eager")):
+                if key in s:
+                    print("%10d %-10s %s" % (s["size"], name, "   ".join(
+                        "%.0f/%.0f: %d" % (x["received_MBps"], x["offered_MBps"], x["dropped_blocks"])
+                        for x in s[key])))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)
