@@ -344,6 +344,7 @@ static ucs_status_t on_hello(void *arg, const void *hdr, size_t hlen, void *data
 	slot->inflight = 0;
 	slot->no_credit_since = 0;
 	slot->granted = false;
+	slot->ended = false;
 	snprintf(slot->st.name, sizeof(slot->st.name), "%s", h.name);
 	slot->nstreams = h.nstreams;
 	memcpy(slot->streams, h.streams, h.nstreams * sizeof(h.streams[0]));
