@@ -42,8 +42,9 @@ static const char forward_usage[] =
 	"usage: peerdma forward [OPTIONS]\n"
 	"Receive VITA-49 streams as peerdma ingest does and send their sample blocks over\n"
 	"UCX to the consumers (peerdma consume) that connect and ask for stream IDs. Each\n"
-	"consumer grants credits; a block for a consumer without credit, or gone, is\n"
-	"counted as dropped for it and never waited for. Prints \"UCX listener on\n"
+	"consumer grants credits; blocks for a consumer without credit wait (16 at most,\n"
+	"then the oldest is dropped); a block for a consumer that is gone is counted as\n"
+	"dropped for it. No consumer ever makes the others wait. Prints \"UCX listener on\n"
 	"ADDR:PORT\" and how GPU blocks go (directly, or staged through host memory where\n"
 	"the installed UCX has no CUDA memory type).\n\n"
 	"      --listen ADDR     IPv4 address for the consumers (default 0.0.0.0)\n"
@@ -52,7 +53,8 @@ static const char forward_usage[] =
 	"                        0: never)\n"
 	"      --stage           stage host blocks through the staging buffers too\n"
 	"      --credits N       blocks in flight per consumer at most (default 16); the\n"
-	"                        pool must hold 16 + N per consumer of a stream\n"
+	"                        pool must hold 32 + N (the forwarder's queue, 16, and\n"
+	"                        16 waiting for a consumer's credit)\n"
 	"      --block-packets N packets per block (default 64)\n"
 	"      --pool-blocks N   blocks per stream in flight, queued or held (default 64)\n"
 	"      --late-blocks N   blocks a packet may arrive late (default 1)\n"
@@ -92,8 +94,8 @@ static int forward_check(void *arg, const struct pdma_opt *o, const struct pdma_
 {
 	struct forward *w = arg;
 
-	if (w->pool_blocks < 16 + w->fa.max_credits)
-		return pdma_opt_fail(o, "--pool-blocks (%u) must hold 16 + --credits (%u)", w->pool_blocks,
+	if (w->pool_blocks < 32 + w->fa.max_credits)
+		return pdma_opt_fail(o, "--pool-blocks (%u) must hold 32 + --credits (%u)", w->pool_blocks,
 				     w->fa.max_credits);
 	if (c->dfr.out_pkts % w->block_packets ||
 	    (uint64_t)(w->late_blocks + 2) * w->block_packets > c->dfr.out_pkts)

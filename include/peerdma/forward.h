@@ -49,9 +49,10 @@ struct pdma_fwd_attr {
 	uint32_t stage_buffers; /* staging buffers (default 64) */
 	/* blocks in flight to one consumer, at most, whatever it grants
 	 * (default 16). Each holds a buffer of its stream's pool until its send
-	 * completes: the session's pool_blocks must hold the forwarder's queue
-	 * (16) and max_credits for every consumer of a stream, or a dead
-	 * consumer's sends (until UCX reports it) hold up the others. */
+	 * completes, as do the 16 blocks at most that wait for a consumer's
+	 * credit: the session's pool_blocks must hold the forwarder's queue
+	 * (16), those 16 and max_credits, or a dead consumer's sends (until UCX
+	 * reports it) hold up the others. */
 	uint32_t max_credits;
 	/* Blocks of at most this many bytes go as eager active messages (the
 	 * consumer copies them out of UCX's receive buffers), larger ones as

@@ -25,6 +25,7 @@
 
 #define FWD_MAX_CONSUMERS 64
 #define FWD_HELLO_MS 5000   /* a connection's HELLO must come within this */
+#define FWD_QUEUE 16        /* blocks a consumer without credit may have waiting */
 
 enum cstate { C_EMPTY, C_CONNECTING, C_LIVE, C_GONE };
 
@@ -37,6 +38,11 @@ struct fwd_consumer {
 	bool granted;             /* a CREDIT came: it has started (the stall timer runs from then) */
 	bool ended;               /* END sent: its disconnect is the goodbye, not a failure */
 	uint32_t credits, inflight;
+	/* blocks waiting for its credit, oldest first (each holds a reference):
+	 * a consumer that stalls for a moment loses nothing until FWD_QUEUE
+	 * blocks wait, and the others never wait for it */
+	struct pdma_block *q[FWD_QUEUE];
+	uint32_t qhead, qlen;
 	uint32_t nstreams, streams[PDMA_FWD_MAX_SUBS];
 	struct pdma_fwd_consumer_stats st;
 };
@@ -122,10 +128,13 @@ static void close_later(struct pdma_fwd *f, ucp_ep_h ep)
 		f->closing[f->nclosing++] = ep;
 }
 
+static void q_drop_all(struct fwd_consumer *c, bool gone, double now);
+
 /* A consumer leaves (died, stalled, refused): its streams count as dropped
  * from now on; a HELLO under its name takes the slot again. */
 static void consumer_gone(struct pdma_fwd *f, struct fwd_consumer *c, const char *why)
 {
+	q_drop_all(c, true, pdma_ucx_now());
 	if (c->ep)
 		close_later(f, c->ep);
 	if (why)
@@ -409,97 +418,174 @@ static void drop_for(struct fwd_consumer *c, const struct pdma_block *b, bool go
 		c->no_credit_since = now;
 }
 
-/* One block from the session to every consumer that wants it. */
+static struct pdma_block *q_pop(struct fwd_consumer *c)
+{
+	struct pdma_block *b = c->q[c->qhead];
+
+	c->qhead = (c->qhead + 1) % FWD_QUEUE;
+	c->qlen--;
+	return b;
+}
+
+/* Every block queued for c, dropped (it is gone): counted as its own. Lock
+ * held (f->lock before the blocks layer's: nothing takes them the other way). */
+static void q_drop_all(struct fwd_consumer *c, bool gone, double now)
+{
+	while (c->qlen) {
+		struct pdma_block *b = q_pop(c);
+
+		drop_for(c, b, gone, now);
+		pdma_block_release(b);
+	}
+}
+
+/* One block from the session into the queue of every consumer that wants it;
+ * a full queue drops its oldest (no credit for that long). */
 static void route(struct pdma_fwd *f, struct pdma_block *b)
 {
-	const size_t bytes = (size_t)b->npackets * b->samples_per_packet * b->bytes_per_sample;
-	const bool stage = f->a.stage || (b->mem != PDMA_BLOCK_HOST && f->stage_gpu);
-	const size_t hlen = pdma_fwd_block_hdr_len(b->npackets);
-	const uint32_t flags = bytes <= f->a.eager_max ? UCP_AM_SEND_FLAG_EAGER : 0;
-	struct stage_buf *sb = NULL;
 	const double now = pdma_ucx_now();
-	bool stage_failed = false;
 
 	pthread_mutex_lock(&f->lock);
 	f->st.blocks_in++;
 	for (uint32_t i = 0; i < f->nc; i++) {
 		struct fwd_consumer *c = &f->c[i];
-		const void *data = b->data;
-		ucp_mem_h memh = f->pool_memh;
-		struct fwd_send *s;
 
 		if ((c->state != C_LIVE && c->state != C_GONE) || !wants(c, b->stream_id))
 			continue;
-		if (c->state == C_GONE || !c->credits) {
-			drop_for(c, b, c->state == C_GONE, now);
+		if (c->state == C_GONE) {
+			drop_for(c, b, true, now);
 			continue;
 		}
-		if (stage) {
-			if (!sb && !stage_failed) {
-				sb = f->stage_free;
-				/* the copy is the staging cost; the wait before it is
-				 * for the block's own production (its event) */
-				double t0 = pdma_ucx_now(), t1;
-				int e = sb ? pdma_blocks_ready(b) : -ENOBUFS;
+		if (c->qlen == FWD_QUEUE) {
+			struct pdma_block *old = q_pop(c);
 
-				t1 = pdma_ucx_now();
-				if (!e)
-					e = pdma_block_read(b, 0, b->npackets, sb->p);
-				if (e) {
-					sb = NULL;
-					stage_failed = true;
-				} else {
-					f->stage_free = sb->next;
-					sb->refs = 0;
-					f->st.staged_blocks++;
-					f->st.staged_bytes += bytes;
-					f->st.stage_wait_seconds += t1 - t0;
-					f->st.stage_seconds += pdma_ucx_now() - t1;
-				}
-			}
-			if (!sb) {
-				f->st.stage_drops++;
-				drop_for(c, b, false, now);
-				continue;
-			}
-			data = sb->p;
-			memh = f->stage_memh;
+			drop_for(c, old, false, now);
+			pdma_block_release(old);
 		}
-		s = malloc(sizeof(*s) + hlen);
-		if (!s) {
-			drop_for(c, b, false, now);
-			continue;
-		}
-		s->f = f;
-		s->ep = c->ep;
-		s->b = NULL;
-		s->sb = NULL;
-		if (sb) {
-			s->sb = sb;
-			sb->refs++;
-		} else {
-			pdma_block_retain(b);
-			s->b = b;
-		}
-		pdma_fwd_block_put(s->hdr, b);
-		c->credits--;
-		c->inflight++;
-		c->st.sent_blocks++;
-		c->st.sent_bytes += bytes;
-		f->st.sent_blocks++;
-		f->st.sent_bytes += bytes;
-		f->st.eager_blocks += !!flags;
-		/* send_done takes the lock: send without it */
-		pthread_mutex_unlock(&f->lock);
-		am_send(f, s->ep, PDMA_FWD_AM_BLOCK, s, hlen, data, bytes, memh, flags);
-		pthread_mutex_lock(&f->lock);
-	}
-	if (sb && !sb->refs) {
-		sb->next = f->stage_free;
-		f->stage_free = sb;
+		pdma_block_retain(b);
+		c->q[(c->qhead + c->qlen++) % FWD_QUEUE] = b;
+		/* the stall timer runs while blocks wait for credit (not before
+		 * its first grant: it may still be subscribing) */
+		if (!c->credits && c->granted && !c->no_credit_since)
+			c->no_credit_since = now;
 	}
 	pthread_mutex_unlock(&f->lock);
 	pdma_block_release(b);
+}
+
+/* A staging buffer back to the free list once nothing uses it. */
+static void stage_put(struct pdma_fwd *f, struct stage_buf *sb)
+{
+	if (!--sb->refs) {
+		sb->next = f->stage_free;
+		f->stage_free = sb;
+	}
+}
+
+/* Block b of c's queue to c (lock held; released around the send). A GPU
+ * block is staged once for every consumer it goes to in one flush: *sb holds
+ * the copy of *sb_of, with a reference of the flush's own so that a send
+ * completing at once cannot free it under the next one. */
+static void send_block(struct pdma_fwd *f, struct fwd_consumer *c, struct pdma_block *b,
+		       struct stage_buf **sb, const struct pdma_block **sb_of)
+{
+	const size_t bytes = (size_t)b->npackets * b->samples_per_packet * b->bytes_per_sample;
+	const bool stage = f->a.stage || (b->mem != PDMA_BLOCK_HOST && f->stage_gpu);
+	const size_t hlen = pdma_fwd_block_hdr_len(b->npackets);
+	const uint32_t flags = bytes <= f->a.eager_max ? UCP_AM_SEND_FLAG_EAGER : 0;
+	const void *data = b->data;
+	ucp_mem_h memh = f->pool_memh;
+	struct fwd_send *s;
+
+	if (stage) {
+		if (*sb_of != b) {
+			struct stage_buf *n = f->stage_free;
+			/* the copy is the staging cost; the wait before it is
+			 * for the block's own production (its event) */
+			double t0 = pdma_ucx_now(), t1;
+			int e = n ? pdma_blocks_ready(b) : -ENOBUFS;
+
+			t1 = pdma_ucx_now();
+			if (!e)
+				e = pdma_block_read(b, 0, b->npackets, n->p);
+			if (*sb)
+				stage_put(f, *sb);
+			*sb = NULL;
+			*sb_of = b;
+			if (!e) {
+				f->stage_free = n->next;
+				n->refs = 1;
+				*sb = n;
+				f->st.staged_blocks++;
+				f->st.staged_bytes += bytes;
+				f->st.stage_wait_seconds += t1 - t0;
+				f->st.stage_seconds += pdma_ucx_now() - t1;
+			}
+		}
+		if (!*sb) {
+			f->st.stage_drops++;
+			drop_for(c, b, false, pdma_ucx_now());
+			return;
+		}
+		data = (*sb)->p;
+		memh = f->stage_memh;
+	}
+	s = malloc(sizeof(*s) + hlen);
+	if (!s) {
+		drop_for(c, b, false, pdma_ucx_now());
+		return;
+	}
+	s->f = f;
+	s->ep = c->ep;
+	s->b = NULL;
+	s->sb = NULL;
+	if (stage) {
+		s->sb = *sb;
+		(*sb)->refs++;
+	} else {
+		pdma_block_retain(b);
+		s->b = b;
+	}
+	pdma_fwd_block_put(s->hdr, b);
+	c->credits--;
+	c->inflight++;
+	c->st.sent_blocks++;
+	c->st.sent_bytes += bytes;
+	f->st.sent_blocks++;
+	f->st.sent_bytes += bytes;
+	f->st.eager_blocks += !!flags;
+	/* send_done takes the lock: send without it */
+	pthread_mutex_unlock(&f->lock);
+	am_send(f, s->ep, PDMA_FWD_AM_BLOCK, s, hlen, data, bytes, memh, flags);
+	pthread_mutex_lock(&f->lock);
+}
+
+/* What the consumers have credit for, oldest first, one block per consumer
+ * in turn. */
+static void flush(struct pdma_fwd *f)
+{
+	struct stage_buf *sb = NULL;
+	const struct pdma_block *sb_of = NULL;
+	bool more = true;
+
+	pthread_mutex_lock(&f->lock);
+	while (more) {
+		more = false;
+		for (uint32_t i = 0; i < f->nc; i++) {
+			struct fwd_consumer *c = &f->c[i];
+			struct pdma_block *b;
+
+			if (c->state != C_LIVE || !c->credits || !c->qlen)
+				continue;
+			b = q_pop(c);
+			send_block(f, c, b, &sb, &sb_of);
+			pdma_block_release(b);
+			more = true;
+		}
+	}
+	if (sb)
+		stage_put(f, sb);
+	pthread_mutex_unlock(&f->lock);
 }
 
 /* What the main loop does between blocks: closes, HELLO timeouts, stalls. */
@@ -569,6 +655,7 @@ static void finish(struct pdma_fwd *f)
 
 	do {
 		pdma_ucx_progress(&f->u);
+		flush(f);
 		housekeeping(f);
 		left = 0;
 		pthread_mutex_lock(&f->lock);
@@ -579,7 +666,7 @@ static void finish(struct pdma_fwd *f)
 
 			if (c->state != C_LIVE || sent_end[i])
 				continue;
-			if (c->inflight) {
+			if (c->inflight || c->qlen) {
 				left++;
 				continue;
 			}
@@ -617,6 +704,10 @@ static void finish(struct pdma_fwd *f)
 
 		if (f->c[i].state != C_LIVE || !f->c[i].ep)
 			continue;
+		/* what still waits for credit after the 10 s is dropped */
+		pthread_mutex_lock(&f->lock);
+		q_drop_all(&f->c[i], false, pdma_ucx_now());
+		pthread_mutex_unlock(&f->lock);
 		/* force: every send, END's too, has completed (or the 10 s are
 		 * up); a flush would wait for a consumer that keeps its end
 		 * open after END */
@@ -642,8 +733,10 @@ static void *fwd_main(void *arg)
 
 		if (!e) {
 			route(f, b);
+			flush(f);
 			continue;
 		}
+		flush(f); /* credits that came back */
 		if (e == -EPIPE)
 			break;
 		housekeeping(f);

@@ -9,7 +9,8 @@
 #            --eager-max (every block an eager message)
 #  kill      one consumer killed (SIGKILL) mid-run and restarted under its
 #            name: the other's streams complete; every block of the session
-#            sent or counted as dropped (gone) for the dead one
+#            sent or counted as dropped (gone) for the dead one; and one
+#            stopped for 40 ms with 2 credits loses nothing (its queue)
 #  bad       garbage bytes to the UCX listener, a HELLO of random bytes, a
 #            wrong protocol version (each: a clear refusal), a consumer
 #            that never returns a credit and one stopped (SIGSTOP) mid-run
@@ -138,6 +139,34 @@ split() {
 	[ "$mode" != eager ] || json 'f["eager_blocks"] == f["sent_blocks"] > 0' || fail "eager count"
 	[ "$mode" = eager ] || json 'f["eager_blocks"] == 0' || fail "eager without --eager-max"
 	echo "forward-test: split ($mode): passed"
+}
+
+# A consumer that stops for a moment (SIGSTOP, 40 ms) with 2 credits: the
+# blocks that come meanwhile (about 12) wait in its queue in the forwarder
+# (16) and all arrive; without the queue every block past its 2 credits was
+# dropped.
+pause() {
+	d=$tmp/pause
+	mkdir -p "$d"
+	start_fwd --credits 2
+	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
+	gen --streams 2 --packets 6000 --loss 5 --rate 20000 &
+	local gp=$!
+	pids+=("$gp")
+	for _ in $(seq 300); do
+		[ -s "$d/a/cap-0x1000.sigmf-data" ] && break
+		sleep 0.1
+	done
+	kill -STOP "$ca"
+	sleep 0.04
+	kill -CONT "$ca"
+	wait "$gp" || fail "gen failed"
+	wait "$fpid" || fail "forward failed"
+	wait "$ca" || fail "consumer a failed"
+	sigmf a 0x1000,0x1001 || fail "consumer a's recordings after its pause"
+	json 'f["dropped_blocks"] == 0 and f["sent_blocks"] == f["blocks_in"] == a["blocks"] > 0' ||
+		fail "blocks dropped across a 40 ms pause"
+	echo "forward-test: pause: passed"
 }
 
 kill_one() {
@@ -270,7 +299,7 @@ st=0
 for c in $cases; do
 	case $c in
 	split) split direct; split stage; split eager ;;
-	kill) kill_one ;;
+	kill) kill_one; pause ;;
 	bad) bad ;;
 	gpu) gpu || st=$? ;;
 	*) echo "forward-test: unknown case $c"; exit 2 ;;
