@@ -92,6 +92,20 @@ gen() {
 
 sigmf() { "$py" "$check" "$d/$1" cap "$d/sent.pcap" 10000000 --streams "$2"; }
 
+# gen_bg ARGS...: gen in the background, its pid in gp; then has_data NAME SID
+# waits (30 s at most) until consumer NAME has written samples of stream SID
+gen_bg() {
+	gen "$@" &
+	gp=$!
+	pids+=("$gp")
+}
+has_data() {
+	for _ in $(seq 300); do
+		[ -s "$d/$1/cap-$2.sigmf-data" ] && return 0
+		sleep 0.1
+	done
+}
+
 # json EXPR: a Python expression over f (forward's summary), a, b (consumers')
 json() {
 	"$py" - "$d" "$1" <<'PY'
@@ -150,13 +164,9 @@ pause() {
 	mkdir -p "$d"
 	start_fwd --credits 2
 	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
-	gen --streams 2 --packets 6000 --loss 5 --rate 20000 &
-	local gp=$!
-	pids+=("$gp")
-	for _ in $(seq 300); do
-		[ -s "$d/a/cap-0x1000.sigmf-data" ] && break
-		sleep 0.1
-	done
+	local gp
+	gen_bg --streams 2 --packets 6000 --loss 5 --rate 20000
+	has_data a 0x1000
 	kill -STOP "$ca"
 	sleep 0.04
 	kill -CONT "$ca"
@@ -175,14 +185,10 @@ kill_one() {
 	start_fwd
 	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
 	start_consumer cb "$run_b" "$conn_b" b 0x1002,0x1003
-	gen --streams 4 --packets 12000 --loss 5 --rate 8000 &
-	local gp=$!
-	pids+=("$gp")
+	local gp
+	gen_bg --streams 4 --packets 12000 --loss 5 --rate 8000
 	# b dies once it has written some of its samples
-	for _ in $(seq 300); do
-		[ -s "$d/b/cap-0x1002.sigmf-data" ] && break
-		sleep 0.1
-	done
+	has_data b 0x1002
 	kill -9 "$cb"
 	wait "$cb" 2>/dev/null || true
 	# the forwarder has seen it go (UCX's error callback) before it comes back
@@ -235,13 +241,9 @@ PY
 	# and one that stops reading altogether (SIGSTOP) once it has some blocks
 	start_consumer ct "$run_b" "$conn_b" t 0x1000,0x1001
 	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
-	gen --streams 2 --packets 8000 --loss 5 --rate 6000 &
-	local gp=$!
-	pids+=("$gp")
-	for _ in $(seq 300); do
-		[ -s "$d/t/cap-0x1000.sigmf-data" ] && break
-		sleep 0.1
-	done
+	local gp
+	gen_bg --streams 2 --packets 8000 --loss 5 --rate 6000
+	has_data t 0x1000
 	kill -STOP "$ct"
 	wait "$gp" || fail "gen failed"
 	wait "$fpid" || fail "forward failed"
