@@ -156,16 +156,16 @@ split() {
 }
 
 # A consumer that stops for a moment (SIGSTOP, 40 ms) with 2 credits: the
-# blocks that come meanwhile (about 12) wait in its queue in the forwarder
-# (16) and all arrive; without the queue every block past its 2 credits was
-# dropped.
+# blocks that come meanwhile (about 5, at 125 a second) wait in its queue in
+# the forwarder (16) and all arrive; without the queue every block past its 2
+# credits was dropped. The rate leaves room for the sanitizers' slowness.
 pause() {
 	d=$tmp/pause
 	mkdir -p "$d"
 	start_fwd --credits 2
 	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
 	local gp
-	gen_bg --streams 2 --packets 6000 --loss 5 --rate 20000
+	gen_bg --streams 2 --packets 12000 --loss 5 --rate 8000
 	has_data a 0x1000
 	kill -STOP "$ca"
 	sleep 0.04
