@@ -116,6 +116,19 @@ def forward(build, size, seconds, stage, tmp, eager_max=0, rate=0):
     return j["MBps"], f, j, desc
 
 
+def paced_run(a, size, secs, tmp, r, perftest_mbps, eager_max=0):
+    """forward with the source at a.paced x perftest_mbps: what arrived and
+    what was dropped (printed and returned)."""
+    m, f, _, _ = forward(a.build, size, secs, a.stage, tmp, eager_max=eager_max,
+                         rate=a.paced * perftest_mbps)
+    print("size %8d round %d: %spaced at %.0f%% of %sperftest: offered %8.1f MB/s, received %8.1f, "
+          "%d of %d blocks dropped" %
+          (size, r, "eager, " if eager_max else "", 100 * a.paced, "eager " if eager_max else "",
+           f["offered_MBps"], m, f["dropped_blocks"], f["blocks_in"]), flush=True)
+    return {"perftest_MBps": perftest_mbps, "offered_MBps": f["offered_MBps"], "received_MBps": m,
+            "dropped_blocks": f["dropped_blocks"], "blocks_in": f["blocks_in"]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build")
@@ -147,11 +160,12 @@ def main():
             pt, pp, fw, pe, fe, guess, desc = [], [], [], [], [], 1000.0, ""
             paced, paced_e = [], []
             eager = size <= a.eager_max
+            secs = int(max(1, a.seconds))
             for r in range(a.rounds):
                 p, iters = perftest(size, a.seconds, guess)
                 q, _ = perftest(size, a.seconds, guess, plain=True)
                 guess = max(p, q)
-                m, f, j, desc = forward(a.build, size, int(max(1, a.seconds)), a.stage, tmp)
+                m, f, j, desc = forward(a.build, size, secs, a.stage, tmp)
                 pt.append(p)
                 pp.append(q)
                 fw.append(m)
@@ -161,19 +175,10 @@ def main():
                       (size, r, p, q, iters, m, j["blocks"], f["dropped_blocks"], f["blocks_in"]),
                       flush=True)
                 if a.paced:
-                    m2, f2, _, _ = forward(a.build, size, int(max(1, a.seconds)), a.stage, tmp,
-                                           rate=a.paced * p)
-                    paced.append({"perftest_MBps": p, "offered_MBps": f2["offered_MBps"],
-                                  "received_MBps": m2, "dropped_blocks": f2["dropped_blocks"],
-                                  "blocks_in": f2["blocks_in"]})
-                    print("size %8d round %d: paced at %.0f%% of perftest: offered %8.1f MB/s, "
-                          "received %8.1f, %d of %d blocks dropped" %
-                          (size, r, 100 * a.paced, f2["offered_MBps"], m2, f2["dropped_blocks"],
-                           f2["blocks_in"]), flush=True)
+                    paced.append(paced_run(a, size, secs, tmp, r, p))
                 if eager:
                     p, _ = perftest(size, a.seconds, guess, eager=True)
-                    m, f, j, _ = forward(a.build, size, int(max(1, a.seconds)), a.stage, tmp,
-                                         eager_max=a.eager_max)
+                    m, f, j, _ = forward(a.build, size, secs, a.stage, tmp, eager_max=a.eager_max)
                     if f["eager_blocks"] != f["sent_blocks"]:
                         sys.exit("bench_forward: --eager-max sent %d of %d blocks eager" %
                                  (f["eager_blocks"], f["sent_blocks"]))
@@ -183,15 +188,7 @@ def main():
                           "(%d of %d dropped for no credit)" %
                           (size, r, p, m, f["dropped_blocks"], f["blocks_in"]), flush=True)
                     if a.paced:
-                        m2, f2, _, _ = forward(a.build, size, int(max(1, a.seconds)), a.stage, tmp,
-                                               eager_max=a.eager_max, rate=a.paced * p)
-                        paced_e.append({"perftest_MBps": p, "offered_MBps": f2["offered_MBps"],
-                                        "received_MBps": m2, "dropped_blocks": f2["dropped_blocks"],
-                                        "blocks_in": f2["blocks_in"]})
-                        print("size %8d round %d: eager, paced at %.0f%% of eager perftest: offered "
-                              "%8.1f MB/s, received %8.1f, %d of %d blocks dropped" %
-                              (size, r, 100 * a.paced, f2["offered_MBps"], m2, f2["dropped_blocks"],
-                               f2["blocks_in"]), flush=True)
+                        paced_e.append(paced_run(a, size, secs, tmp, r, p, eager_max=a.eager_max))
             mp, mq, mf = statistics.median(pt), statistics.median(pp), statistics.median(fw)
             row = {"size": size, "perftest_MBps": pt, "perftest_plain_MBps": pp,
                    "forward_MBps": fw, "perftest_median": mp,
