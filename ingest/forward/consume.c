@@ -409,11 +409,7 @@ static void *consume_main(void *arg)
 	bool bye = c->st.ended && !c->st.lost;
 	pthread_mutex_unlock(&c->lock);
 	if (c->ep && bye) {
-		ucp_request_param_t p = { 0 };
-
-		p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-		p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-		pdma_ucx_wait(&c->u, c->u.api->ep_close_nbx(c->ep, &p), 1000);
+		pdma_ucx_close_ep(&c->u, c->ep, 1000);
 		c->ep = NULL;
 	}
 	pdma_blocks_end_subs(c->bl);
@@ -508,8 +504,7 @@ int pdma_consume_open_faults(const struct pdma_consume_attr *a, const struct pdm
 	h.credits = 0; /* granted at start, once subscribed */
 	snprintf(h.name, sizeof(h.name), "%s", a->name);
 	h.nstreams = a->nstreams;
-	if (a->nstreams)
-		memcpy(h.streams, a->streams, a->nstreams * sizeof(*a->streams));
+	memcpy(h.streams, c->streams, a->nstreams * sizeof(*a->streams));
 	m = malloc(sizeof(*m));
 	if (!m) {
 		ret = -ENOMEM;
@@ -624,13 +619,8 @@ void pdma_consume_close(struct pdma_consume *c)
 		atomic_store(&c->quit, true);
 		pthread_join(c->th, NULL);
 	}
-	if (c->ep) {
-		ucp_request_param_t p = { 0 };
-
-		p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-		p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-		pdma_ucx_wait(&c->u, c->u.api->ep_close_nbx(c->ep, &p), 1000);
-	}
+	if (c->ep)
+		pdma_ucx_close_ep(&c->u, c->ep, 1000);
 	if (c->memh)
 		c->u.api->mem_unmap(c->u.ctx, c->memh);
 	if (c->u.ctx)

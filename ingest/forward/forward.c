@@ -217,6 +217,16 @@ static void conn_request(ucp_conn_request_h req, void *arg)
 	pthread_mutex_unlock(&f->lock);
 }
 
+/* A staging buffer back to the free list once nothing uses it (the
+ * forwarder's thread alone touches the list). */
+static void stage_put(struct pdma_fwd *f, struct stage_buf *sb)
+{
+	if (!--sb->refs) {
+		sb->next = f->stage_free;
+		f->stage_free = sb;
+	}
+}
+
 static void send_done(void *req, ucs_status_t status, void *user)
 {
 	struct fwd_send *s = user;
@@ -234,10 +244,8 @@ static void send_done(void *req, ucs_status_t status, void *user)
 	}
 	if (s->b)
 		pdma_block_release(s->b);
-	if (s->sb && !--s->sb->refs) {
-		s->sb->next = f->stage_free;
-		f->stage_free = s->sb;
-	}
+	if (s->sb)
+		stage_put(f, s->sb);
 	f->inflight--;
 	free(s);
 	if (req)
@@ -427,16 +435,21 @@ static struct pdma_block *q_pop(struct fwd_consumer *c)
 	return b;
 }
 
-/* Every block queued for c, dropped (it is gone): counted as its own. Lock
- * held (f->lock before the blocks layer's: nothing takes them the other way). */
+/* The oldest block queued for c, dropped: counted as its own. Lock held
+ * (f->lock before the blocks layer's: nothing takes them the other way). */
+static void q_drop_oldest(struct fwd_consumer *c, bool gone, double now)
+{
+	struct pdma_block *b = q_pop(c);
+
+	drop_for(c, b, gone, now);
+	pdma_block_release(b);
+}
+
+/* Every block queued for c, dropped (it is gone, or out of time). */
 static void q_drop_all(struct fwd_consumer *c, bool gone, double now)
 {
-	while (c->qlen) {
-		struct pdma_block *b = q_pop(c);
-
-		drop_for(c, b, gone, now);
-		pdma_block_release(b);
-	}
+	while (c->qlen)
+		q_drop_oldest(c, gone, now);
 }
 
 /* One block from the session into the queue of every consumer that wants it;
@@ -456,12 +469,8 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 			drop_for(c, b, true, now);
 			continue;
 		}
-		if (c->qlen == FWD_QUEUE) {
-			struct pdma_block *old = q_pop(c);
-
-			drop_for(c, old, false, now);
-			pdma_block_release(old);
-		}
+		if (c->qlen == FWD_QUEUE)
+			q_drop_oldest(c, false, now);
 		pdma_block_retain(b);
 		c->q[(c->qhead + c->qlen++) % FWD_QUEUE] = b;
 		/* the stall timer runs while blocks wait for credit (not before
@@ -471,15 +480,6 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 	}
 	pthread_mutex_unlock(&f->lock);
 	pdma_block_release(b);
-}
-
-/* A staging buffer back to the free list once nothing uses it. */
-static void stage_put(struct pdma_fwd *f, struct stage_buf *sb)
-{
-	if (!--sb->refs) {
-		sb->next = f->stage_free;
-		f->stage_free = sb;
-	}
 }
 
 /* Block b of c's queue to c (lock held; released around the send). A GPU
@@ -620,13 +620,9 @@ static void housekeeping(struct pdma_fwd *f)
 	f->nclosing = 0;
 	pthread_mutex_unlock(&f->lock);
 	for (uint32_t i = 0; i < n; i++) {
-		ucp_request_param_t p = { 0 };
-
-		p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-		p.flags = UCP_EP_CLOSE_FLAG_FORCE;
 		/* force: a dead or stalled peer's sends are cancelled, their
 		 * blocks released (send_done) */
-		pdma_ucx_wait(&f->u, f->u.api->ep_close_nbx(eps[i], &p), 2000);
+		pdma_ucx_close_ep(&f->u, eps[i], 2000);
 		pthread_mutex_lock(&f->lock);
 		for (uint32_t k = 0; k < f->nc; k++)
 			if (f->c[k].ep == eps[i]) {
@@ -650,7 +646,6 @@ static void idle_wait(struct pdma_fwd *f, int ms)
 static void finish(struct pdma_fwd *f)
 {
 	double end = pdma_ucx_now() + 10;
-	bool sent_end[FWD_MAX_CONSUMERS] = { 0 };
 	uint32_t left;
 
 	do {
@@ -664,13 +659,12 @@ static void finish(struct pdma_fwd *f)
 			struct fwd_send *s;
 			struct pdma_fwd_end e;
 
-			if (c->state != C_LIVE || sent_end[i])
+			if (c->state != C_LIVE || c->ended)
 				continue;
 			if (c->inflight || c->qlen) {
 				left++;
 				continue;
 			}
-			sent_end[i] = true;
 			c->ended = true;
 			e.dropped_blocks = c->st.no_credit_blocks + c->st.gone_blocks;
 			e.dropped_packets = c->st.dropped_packets;
@@ -700,8 +694,6 @@ static void finish(struct pdma_fwd *f)
 		pthread_mutex_unlock(&f->lock);
 	} while (left && pdma_ucx_now() < end);
 	for (uint32_t i = 0; i < f->nc; i++) {
-		ucp_request_param_t p = { 0 };
-
 		if (f->c[i].state != C_LIVE || !f->c[i].ep)
 			continue;
 		/* what still waits for credit after the 10 s is dropped */
@@ -711,9 +703,7 @@ static void finish(struct pdma_fwd *f)
 		/* force: every send, END's too, has completed (or the 10 s are
 		 * up); a flush would wait for a consumer that keeps its end
 		 * open after END */
-		p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-		p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-		pdma_ucx_wait(&f->u, f->u.api->ep_close_nbx(f->c[i].ep, &p), 2000);
+		pdma_ucx_close_ep(&f->u, f->c[i].ep, 2000);
 		f->c[i].ep = NULL;
 		f->c[i].state = C_GONE;
 		f->c[i].st.live = false;
@@ -1037,13 +1027,8 @@ void pdma_fwd_close(struct pdma_fwd *f)
 	}
 	pdma_sub_close(f->sub);
 	for (uint32_t i = 0; i < f->nc; i++)
-		if (f->c[i].ep) {
-			ucp_request_param_t p = { 0 };
-
-			p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-			p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-			pdma_ucx_wait(&f->u, f->u.api->ep_close_nbx(f->c[i].ep, &p), 1000);
-		}
+		if (f->c[i].ep)
+			pdma_ucx_close_ep(&f->u, f->c[i].ep, 1000);
 	if (f->listener)
 		f->u.api->listener_destroy(f->listener);
 	if (f->pool_memh)

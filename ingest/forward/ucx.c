@@ -227,6 +227,15 @@ unsigned pdma_ucx_progress(struct pdma_ucx *u)
 	return n;
 }
 
+int pdma_ucx_close_ep(struct pdma_ucx *u, ucp_ep_h ep, int timeout_ms)
+{
+	ucp_request_param_t p = { 0 };
+
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+	p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+	return pdma_ucx_wait(u, u->api->ep_close_nbx(ep, &p), timeout_ms);
+}
+
 int pdma_ucx_wait(struct pdma_ucx *u, ucs_status_ptr_t r, int timeout_ms)
 {
 	double end = pdma_ucx_now() + timeout_ms / 1000.0;

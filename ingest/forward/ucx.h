@@ -88,6 +88,9 @@ unsigned pdma_ucx_progress(struct pdma_ucx *u);
 /* Wait for a request (NULL, an error pointer or a request) with progress,
  * up to timeout_ms: 0, -ETIMEDOUT (the request left to UCX) or -EIO. */
 int pdma_ucx_wait(struct pdma_ucx *u, ucs_status_ptr_t r, int timeout_ms);
+/* Close ep at once (UCP_EP_CLOSE_FLAG_FORCE: its sends are cancelled, their
+ * callbacks run), waiting for that up to timeout_ms: as pdma_ucx_wait. */
+int pdma_ucx_close_ep(struct pdma_ucx *u, ucp_ep_h ep, int timeout_ms);
 int pdma_ucx_errno(ucs_status_t st);
 double pdma_ucx_now(void);
 
