@@ -60,6 +60,7 @@ struct pdma_sub {
 	struct pdma_sub_stats st;
 	pthread_cond_t avail;
 	bool ended, closed;
+	int wake_fd;              /* armed (pdma_sub_arm): written at the next block, end or close */
 	void *refs_mem;           /* sub.c's references, one per pool buffer */
 	pthread_t th;             /* callback subscriptions' delivery thread */
 	bool has_th;
@@ -168,6 +169,11 @@ bool pdma_blocks_wanted(struct pdma_blocks *bl, uint32_t stream_id);
 /* A buffer from pdma_blocks_get_buf back to the pool unused (lock held). */
 void pdma_blocks_put_buf(struct pdma_blocks *bl, struct pdma_blk *b);
 void pdma_blocks_end_subs(struct pdma_blocks *bl);
+/* For a thread that sleeps in poll(2) on other things too (the forwarder,
+ * on UCX's fd): arms sub to write 1 to eventfd fd at its next block, its
+ * end or its close, once. Returns 0 when armed, 1 when there is something
+ * to take already (do not sleep). The caller reads fd before it re-arms. */
+int pdma_sub_arm(struct pdma_sub *sub, int fd);
 void pdma_blocks_start(struct pdma_blocks *bl);
 void pdma_blocks_free_subs(struct pdma_blocks *bl);
 /* The GPU deframer's window as a block source (gpu_mem.c): *mem's

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "blocks/blocks.h"
 
@@ -44,6 +45,20 @@ static void blk_put(struct pdma_blocks *bl, struct pdma_blk *b)
 		s->nfree++;
 		pthread_cond_broadcast(&bl->room);
 	}
+}
+
+/* bl->lock held. A poll(2)-sleeping taker (pdma_sub_arm) is woken once:
+ * the write is a system call, made only when someone sleeps on it. */
+static void wake(struct pdma_sub *sub)
+{
+	const uint64_t one = 1;
+
+	if (sub->wake_fd < 0)
+		return;
+	/* an eventfd's write fails only when its count would overflow,
+	 * and then it is readable anyway */
+	(void)!write(sub->wake_fd, &one, sizeof(one));
+	sub->wake_fd = -1;
 }
 
 static struct pdma_blk *q_at(const struct pdma_sub *sub, uint32_t i)
@@ -160,6 +175,7 @@ uint32_t pdma_blocks_deliver(struct pdma_blocks *bl, struct pdma_blk *b)
 		atomic_fetch_add(&b->refs, 1);
 		n++;
 		pthread_cond_signal(&sub->avail);
+		wake(sub);
 	}
 	if (!n)
 		pdma_blocks_put_buf(bl, b); /* nobody took it */
@@ -178,8 +194,22 @@ void pdma_blocks_end_subs(struct pdma_blocks *bl)
 	for (struct pdma_sub *sub = bl->subs; sub; sub = sub->next) {
 		sub->ended = true;
 		pthread_cond_broadcast(&sub->avail);
+		wake(sub);
 	}
 	pthread_mutex_unlock(&bl->lock);
+}
+
+int pdma_sub_arm(struct pdma_sub *sub, int fd)
+{
+	int ret = 1;
+
+	pthread_mutex_lock(&sub->bl->lock);
+	if (!sub->qlen && !sub->ended && !sub->closed) {
+		sub->wake_fd = fd;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&sub->bl->lock);
+	return ret;
 }
 
 /* Next block, lock held; -ETIMEDOUT, -EPIPE. */
@@ -256,6 +286,7 @@ int pdma_blocks_subscribe(struct pdma_blocks *bl, const struct pdma_sub_attr *a,
 	if (!sub)
 		return -ENOMEM;
 	sub->bl = bl;
+	sub->wake_fd = -1;
 	sub->a = *a;
 	sub->a.size = sizeof(sub->a);
 	sub->q = calloc(a->depth, sizeof(*sub->q));
@@ -347,6 +378,7 @@ void pdma_sub_close(struct pdma_sub *sub)
 	}
 	pthread_cond_broadcast(&sub->avail);
 	pthread_cond_broadcast(&bl->room);
+	wake(sub);
 	pthread_mutex_unlock(&bl->lock);
 	if (sub->has_th) {
 		pthread_join(sub->th, NULL);

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "blocks/blocks.h"
 #include "cuda/api.h"
@@ -68,7 +70,8 @@ struct pdma_fwd {
 	struct pdma_ucx u;
 	ucp_listener_h listener;
 	uint16_t port;
-	int efd;
+	int efd;                  /* UCX's (worker_arm) */
+	int sub_efd;              /* the subscription's (pdma_sub_arm) */
 	ucp_mem_h pool_memh;      /* NULL: the pool is not mapped (staged) */
 	bool stage_gpu;           /* GPU blocks are staged (UCX has no CUDA) */
 	void *stage_mem;
@@ -633,12 +636,22 @@ static void housekeeping(struct pdma_fwd *f)
 	}
 }
 
-static void idle_wait(struct pdma_fwd *f, int ms)
+/* Sleeps until UCX has an event, or (sub) the subscription a block or its
+ * end, or ms pass. A block must wake the thread at once: the source
+ * publishes between UCX's events, and a block left for the next one (or for
+ * the timeout) stalls the pipeline. */
+static void idle_wait(struct pdma_fwd *f, int ms, bool sub)
 {
-	struct pollfd pfd = { .fd = f->efd, .events = POLLIN };
+	struct pollfd pfd[2] = { { .fd = f->efd, .events = POLLIN },
+				 { .fd = f->sub_efd, .events = POLLIN } };
+	uint64_t n;
 
-	if (f->u.api->worker_arm(f->u.worker) == UCS_OK)
-		poll(&pfd, 1, ms);
+	if (sub)
+		(void)!read(f->sub_efd, &n, sizeof(n)); /* an earlier wake-up, spent */
+	if (f->u.api->worker_arm(f->u.worker) != UCS_OK ||
+	    (sub && pdma_sub_arm(f->sub, f->sub_efd)))
+		return;
+	poll(pfd, sub ? 2 : 1, ms);
 }
 
 /* After the session ended: END to every live consumer once its blocks are
@@ -685,7 +698,7 @@ static void finish(struct pdma_fwd *f)
 	end = pdma_ucx_now() + 5;
 	do {
 		if (!pdma_ucx_progress(&f->u))
-			idle_wait(f, 1);
+			idle_wait(f, 1, false);
 		housekeeping(f);
 		left = 0;
 		pthread_mutex_lock(&f->lock);
@@ -731,7 +744,7 @@ static void *fwd_main(void *arg)
 			break;
 		housekeeping(f);
 		if (!k)
-			idle_wait(f, 1);
+			idle_wait(f, 1, true);
 	}
 	finish(f);
 	return NULL;
@@ -823,6 +836,13 @@ int pdma_fwd_open_sub(struct pdma_sub *sub, const struct pdma_fwd_attr *a, struc
 	}
 	f->a = *a;
 	f->efd = -1;
+	f->sub_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (f->sub_efd < 0) {
+		ret = -errno;
+		pdma_sub_close(sub);
+		free(f);
+		return ret;
+	}
 	pthread_mutex_init(&f->lock, NULL);
 	f->sub = sub;
 	f->bl = f->sub->bl;
@@ -920,6 +940,7 @@ err:
 	if (f->u.ctx)
 		pdma_ucx_close(&f->u);
 	pdma_sub_close(f->sub);
+	close(f->sub_efd);
 	pthread_mutex_destroy(&f->lock);
 	free(f);
 	return ret;
@@ -1025,7 +1046,8 @@ void pdma_fwd_close(struct pdma_fwd *f)
 			atomic_store(&f->quit, true);
 		pthread_join(f->th, NULL);
 	}
-	pdma_sub_close(f->sub);
+	pdma_sub_close(f->sub); /* before its wake-up fd goes */
+	close(f->sub_efd);
 	for (uint32_t i = 0; i < f->nc; i++)
 		if (f->c[i].ep)
 			pdma_ucx_close_ep(&f->u, f->c[i].ep, 1000);

@@ -3,7 +3,8 @@
  * small window, one thread, no network: publication points, gaps, late
  * packets, a packet overwriting an unpublished one (counted at once), a jump
  * far past the window (only blocks the window still holds packets of are
- * published), and the exact sum: placed = in blocks + window_drops + late. */
+ * published), and the exact sum: placed = in blocks + window_drops + late;
+ * and pdma_sub_arm's wake-up (the forwarder sleeps in poll on it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "blocks/blocks.h"
@@ -204,12 +208,54 @@ static void test_window_jump(void **state)
 	assert_int_equal(W.placed, in_blocks + stat_sum());
 }
 
+static bool readable(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	uint64_t n;
+
+	if (poll(&p, 1, 0) != 1)
+		return false;
+	assert_int_equal(read(fd, &n, sizeof(n)), sizeof(n));
+	return true;
+}
+
+/* Armed on an empty queue, a block makes the fd readable, once; with a
+ * block queued arming says so and arms nothing; the end wakes it too. */
+static void test_sub_arm(void **state)
+{
+	int fd = eventfd(0, EFD_NONBLOCK);
+	struct pdma_block *b;
+
+	(void)state;
+	assert_true(fd >= 0);
+	assert_int_equal(pdma_sub_arm(W.sub, fd), 0);
+	assert_false(readable(fd));
+	for (uint64_t p = 0; p < 2 * B; p++)
+		packet(p);
+	pdma_blocks_publish(W.bl); /* block 0 out (block 1 holds it back) */
+	assert_true(readable(fd));
+	assert_int_equal(pdma_sub_arm(W.sub, fd), 1); /* block 0 waits */
+	for (uint64_t p = 2 * B; p < 3 * B; p++)
+		packet(p);
+	pdma_blocks_publish(W.bl);
+	assert_false(readable(fd)); /* not armed: no system call */
+	while (pdma_sub_next(W.sub, &b, 0) == 0)
+		pdma_block_release(b);
+	assert_int_equal(pdma_sub_arm(W.sub, fd), 0);
+	pdma_blocks_end_subs(W.bl);
+	assert_true(readable(fd));
+	assert_int_equal(pdma_sub_arm(W.sub, fd), 1); /* ended: nothing to sleep for */
+	assert_false(readable(fd));
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_window_publish_points, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_window_overwrite_counted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_window_jump, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sub_arm, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
