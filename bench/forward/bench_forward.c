@@ -16,8 +16,11 @@
  * the rate forward must sustain without dropping a block.
  * --d2h-peak: instead, the yardstick of the staging path (GPU blocks where
  * UCX has no CUDA): cuMemcpyDtoH of --size bytes from device memory into
- * pinned (cuMemAllocHost) and into pageable host memory, for --seconds
- * each, one JSON line (GB/s); exit 77 without a CUDA device.
+ * pinned (cuMemAllocHost), pageable and cuMemHostRegister'ed host memory,
+ * back to back for --seconds each; and into the registered memory one copy
+ * every 1.28 ms (stage_gpu.py's block rate), as the forwarder copies: an
+ * isolated copy pays the GPU's and the link's wake-up, not only bytes / peak.
+ * One JSON line (GB/s); exit 77 without a CUDA device.
  * usage: bench_forward [--size B] [--seconds S] [--streams N] [--port P]
  *        [--consumers K] [--pool N] [--credits N] [--eager-max B] [--rate MBPS] [--stage]
  *        [--d2h-peak]
@@ -68,6 +71,27 @@ static double d2h_rate(const struct pdma_cu_api *cu, pdma_cu_ptr src, void *dst,
 	return (double)k * n / (now_s() - t0) / 1e9;
 }
 
+/* GB/s of single cuMemcpyDtoH calls gap_us apart (the time between them not
+ * counted), over about secs; < 0 on error. */
+static double d2h_isolated(const struct pdma_cu_api *cu, pdma_cu_ptr src, void *dst, size_t n,
+			   unsigned gap_us, double secs)
+{
+	const struct timespec gap = { 0, (long)gap_us * 1000 };
+	double busy = 0, t0 = now_s();
+	uint64_t k = 0;
+
+	do {
+		double t = now_s();
+
+		if (cu->MemcpyDtoH(dst, src, n) != PDMA_CU_SUCCESS)
+			return -1;
+		busy += now_s() - t;
+		k++;
+		nanosleep(&gap, NULL);
+	} while (now_s() - t0 < secs);
+	return (double)k * n / busy / 1e9;
+}
+
 static int d2h_peak(size_t n, double secs)
 {
 	const struct pdma_cu_api *cu;
@@ -102,10 +126,12 @@ static int d2h_peak(size_t n, double secs)
 	    cu->MemAllocHost(&pinned, n) == PDMA_CU_SUCCESS && cu->MemsetD8(d, 0x5a, n) == PDMA_CU_SUCCESS) {
 		double p = d2h_rate(cu, d, pinned, n, secs), q = d2h_rate(cu, d, pageable, n, secs);
 		double r = d2h_rate(cu, d, registered, n, secs);
+		double o = d2h_isolated(cu, d, registered, n, 1280, secs);
 
-		if (p > 0 && q > 0 && r > 0) {
+		if (p > 0 && q > 0 && r > 0 && o > 0) {
 			printf("{\"size\": %zu, \"d2h_pinned_GBps\": %.3f, \"d2h_pageable_GBps\": %.3f, "
-			       "\"d2h_registered_GBps\": %.3f}\n", n, p, q, r);
+			       "\"d2h_registered_GBps\": %.3f, \"d2h_registered_isolated_GBps\": %.3f}\n",
+			       n, p, q, r, o);
 			ret = 0;
 		}
 	}

@@ -5,7 +5,8 @@ where UCX has no CUDA memory type (Debian's) are copied to pinned host
 buffers first. Measured in one run:
   peak     bench_forward --d2h-peak: cuMemcpyDtoH of one block's bytes into
            pinned (and into pageable) host memory, back to back: the copy
-           engines' D2H rate for that size;
+           engines' D2H rate for that size; and one copy every 1.28 ms
+           (this run's block rate), the rate of a copy that starts alone;
   staging  peerdma forward --path host-staged (blocks in GPU memory) fed by
            gen over loopback, one peerdma consume taking every stream
            (--dir: SigMF, checked sample for sample against gen's pcap with
@@ -129,6 +130,11 @@ def main():
     print("%-38s %10.2f" % ("D2H, pageable", peak["d2h_pageable_GBps"]))
     if "d2h_registered_GBps" in peak:
         print("%-38s %10.2f" % ("D2H, registered (cuMemHostRegister)", peak["d2h_registered_GBps"]))
+    if "d2h_registered_isolated_GBps" in peak:
+        iso = peak["d2h_registered_isolated_GBps"]
+        res["ratio_to_isolated"] = fw["stage_GBps"] / iso
+        print("%-38s %10.2f   (one copy every 1.28 ms, as staged; forward's: %.1f%% of it)" % (
+            "D2H, registered, isolated copies", iso, 100 * res["ratio_to_isolated"]))
     print("%-38s %10.2f   (%.1f%% of pinned peak, %d blocks)" % (
         "forward's staging copies", fw["stage_GBps"], 100 * res["ratio_to_pinned_peak"],
         fw["staged_blocks"]))
