@@ -16,11 +16,9 @@
 # hit with 4 or more threads, so step 1 runs 200k operations a thread.
 # usage: [PARTS=..] [THREADS=..] bench/run-round2-h100.sh BUILD OUT
 set -uo pipefail
-B=$(readlink -f "${1:?build dir}")
+. "$(dirname "$0")/device-env.sh" "${1:?build dir}"
 OUT=${2:?output dir}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$B/dev:$B PEERDMA_VRT_CUDA=$B/libpeerdma_vrt_cuda.so \
-	PEERDMA_VRT_CUDA_BENCH=$B/libpeerdma_vrt_cuda_bench.so
 {
 	date -u
 	nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

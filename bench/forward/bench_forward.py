@@ -21,7 +21,13 @@ Each round, alternating (both see the same machine state):
             forwarder dropped for lack of credit (it never waits for a
             consumer: a consumer slower than the source shows as drops).
 The transport is UCX_TLS (default tcp) for both; any other UCX_* setting in
-the environment applies to both. Prints a table (each round, the medians, the
+the environment applies to both. One rendezvous lane (UCX_MAX_RNDV_LANES=1
+unless set, --rndv-lanes 0: UCX's own default of 2) for both: perftest's
+endpoint, made from a worker address, has one tcp lane (lo); forward's,
+made through UCX's connection manager (a listener), has one for every tcp
+interface both ends have (lo and eth0 here), and a 64 KiB rendezvous split
+over two tcp connections to the same host costs the consumer four sends
+back per block instead of two (strace). Prints a table (each round, the medians, the
 ratio forward / perftest per size) and writes JSON (--json).
   paced     forward again with the source publishing at --paced (0.9) x
             the round's perftest rate, as a fixed-rate sender does: does it
@@ -29,7 +35,7 @@ ratio forward / perftest per size) and writes JSON (--json).
             goal, >= 90% of perftest)?
 usage: bench/forward/bench_forward.py [--build build] [--sizes 65536,1048576]
        [--seconds 4] [--rounds 3] [--stage] [--eager-max 262144] [--paced 0.9]
-       [--json FILE]"""
+       [--rndv-lanes 1] [--json FILE]"""
 import argparse
 import json
 import os
@@ -142,6 +148,8 @@ def main():
     ap.add_argument("--paced", type=float, default=0.9,
                     help="also run the source paced at this fraction of the round's perftest rate: "
                          "does forward carry it without dropping a block? (0: not)")
+    ap.add_argument("--rndv-lanes", type=int, default=1,
+                    help="UCX_MAX_RNDV_LANES for both, unless set (0: UCX's default)")
     ap.add_argument("--json")
     a = ap.parse_args()
     if not shutil.which("ucx_perftest"):
@@ -150,6 +158,8 @@ def main():
     # what peerdma sets for its own load of UCX (ingest/forward/ucx.h), so that
     # both sides run UCX alike
     os.environ.setdefault("UCX_MEM_EVENTS", "no")
+    if a.rndv_lanes:
+        os.environ.setdefault("UCX_MAX_RNDV_LANES", str(a.rndv_lanes))
     sizes = [int(x, 0) for x in a.sizes.split(",")]
     rows, res = [], {"transport": os.environ["UCX_TLS"], "header_bytes": HDR, "rounds": a.rounds,
                      "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},

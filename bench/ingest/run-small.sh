@@ -9,11 +9,9 @@
 #     256 B and 1 KiB, for the bytes-per-packet account of DESIGN.md.
 #   usage: bench/ingest/run-small.sh [BUILD]   (results in $OUT)
 set -uo pipefail
-B=$(readlink -f "${1:-build-vrt}")
+. "$(dirname "$0")/../device-env.sh" "${1:-build-vrt}"
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$B/dev:$B PEERDMA_VRT_CUDA=$B/libpeerdma_vrt_cuda.so \
-	PEERDMA_VRT_CUDA_BENCH=$B/libpeerdma_vrt_cuda_bench.so
 exec > >(tee "$OUT/run.log") 2>&1
 date -u
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader

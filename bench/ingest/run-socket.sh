@@ -12,11 +12,9 @@
 #   usage: bench/ingest/run-socket.sh BUILD OUT   (BUILD as run-round2-h100.sh's:
 #          the build tree, shared libraries the machine lacks in BUILD/dev)
 set -uo pipefail
-B=$(readlink -f "${1:?build dir}")
+. "$(dirname "$0")/../device-env.sh" "${1:?build dir}"
 OUT=${2:?output dir}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$B/dev:$B PEERDMA_VRT_CUDA=$B/libpeerdma_vrt_cuda.so \
-	PEERDMA_VRT_CUDA_BENCH=$B/libpeerdma_vrt_cuda_bench.so
 {
 	date -u
 	echo "kernel $(uname -r), $(nproc) CPUs:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), uid $(id -u)"
