@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "blocks/blocks.h"
-#include "cuda/api.h"
 #include "forward/forward_int.h"
+#include "forward/stage.h"
 #include "forward/ucx.h"
 #include "forward/wire.h"
 
@@ -49,17 +49,11 @@ struct fwd_consumer {
 	struct pdma_fwd_consumer_stats st;
 };
 
-struct stage_buf {
-	void *p;
-	uint32_t refs;
-	struct stage_buf *next;
-};
-
 struct fwd_send {
 	struct pdma_fwd *f;
 	ucp_ep_h ep;              /* the consumer it went to (NULL: control) */
 	struct pdma_block *b;     /* held until done (zero-copy) */
-	struct stage_buf *sb;
+	struct pdma_stage_buf *sb;
 	uint8_t hdr[];
 };
 
@@ -74,14 +68,7 @@ struct pdma_fwd {
 	int sub_efd;              /* the subscription's (pdma_sub_arm) */
 	ucp_mem_h pool_memh;      /* NULL: the pool is not mapped (staged) */
 	bool stage_gpu;           /* GPU blocks are staged (UCX has no CUDA) */
-	void *stage_mem;
-	ucp_mem_h stage_memh;
-	struct stage_buf *stage_free, *stage_all;
-	size_t stage_len;
-	const struct pdma_cu_api *cu;  /* the staging buffers pinned by CUDA: D2H at the copy engines' rate */
-	pdma_cu_device cu_dev;
-	pdma_cu_ctx cu_ctx;
-	char stage_pin[96];            /* how they are pinned, for the description */
+	struct pdma_fwd_stage stage;
 	char desc[480];
 	pthread_mutex_t lock;     /* the consumer table and stats (readers) */
 	struct fwd_consumer c[FWD_MAX_CONSUMERS];
@@ -220,16 +207,6 @@ static void conn_request(ucp_conn_request_h req, void *arg)
 	pthread_mutex_unlock(&f->lock);
 }
 
-/* A staging buffer back to the free list once nothing uses it (the
- * forwarder's thread alone touches the list). */
-static void stage_put(struct pdma_fwd *f, struct stage_buf *sb)
-{
-	if (!--sb->refs) {
-		sb->next = f->stage_free;
-		f->stage_free = sb;
-	}
-}
-
 static void send_done(void *req, ucs_status_t status, void *user)
 {
 	struct fwd_send *s = user;
@@ -248,7 +225,7 @@ static void send_done(void *req, ucs_status_t status, void *user)
 	if (s->b)
 		pdma_block_release(s->b);
 	if (s->sb)
-		stage_put(f, s->sb);
+		pdma_fwd_stage_put(&f->stage, s->sb);
 	f->inflight--;
 	free(s);
 	if (req)
@@ -490,7 +467,7 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
  * the copy of *sb_of, with a reference of the flush's own so that a send
  * completing at once cannot free it under the next one. */
 static void send_block(struct pdma_fwd *f, struct fwd_consumer *c, struct pdma_block *b,
-		       struct stage_buf **sb, const struct pdma_block **sb_of)
+		       struct pdma_stage_buf **sb, const struct pdma_block **sb_of)
 {
 	const size_t bytes = (size_t)b->npackets * b->samples_per_packet * b->bytes_per_sample;
 	const bool stage = f->a.stage || (b->mem != PDMA_BLOCK_HOST && f->stage_gpu);
@@ -502,27 +479,14 @@ static void send_block(struct pdma_fwd *f, struct fwd_consumer *c, struct pdma_b
 
 	if (stage) {
 		if (*sb_of != b) {
-			struct stage_buf *n = f->stage_free;
-			/* the copy is the staging cost; the wait before it is
-			 * for the block's own production (its event) */
-			double t0 = pdma_ucx_now(), t1;
-			int e = n ? pdma_blocks_ready(b) : -ENOBUFS;
-
-			t1 = pdma_ucx_now();
-			if (!e)
-				e = pdma_block_read(b, 0, b->npackets, n->p);
 			if (*sb)
-				stage_put(f, *sb);
-			*sb = NULL;
+				pdma_fwd_stage_put(&f->stage, *sb);
+			*sb = pdma_fwd_stage_copy(&f->stage, b, &f->st.stage_wait_seconds,
+						  &f->st.stage_seconds);
 			*sb_of = b;
-			if (!e) {
-				f->stage_free = n->next;
-				n->refs = 1;
-				*sb = n;
+			if (*sb) {
 				f->st.staged_blocks++;
 				f->st.staged_bytes += bytes;
-				f->st.stage_wait_seconds += t1 - t0;
-				f->st.stage_seconds += pdma_ucx_now() - t1;
 			}
 		}
 		if (!*sb) {
@@ -531,7 +495,7 @@ static void send_block(struct pdma_fwd *f, struct fwd_consumer *c, struct pdma_b
 			return;
 		}
 		data = (*sb)->p;
-		memh = f->stage_memh;
+		memh = f->stage.memh;
 	}
 	s = malloc(sizeof(*s) + hlen);
 	if (!s) {
@@ -567,7 +531,7 @@ static void send_block(struct pdma_fwd *f, struct fwd_consumer *c, struct pdma_b
  * in turn. */
 static void flush(struct pdma_fwd *f)
 {
-	struct stage_buf *sb = NULL;
+	struct pdma_stage_buf *sb = NULL;
 	const struct pdma_block *sb_of = NULL;
 	bool more = true;
 
@@ -587,7 +551,7 @@ static void flush(struct pdma_fwd *f)
 		}
 	}
 	if (sb)
-		stage_put(f, sb);
+		pdma_fwd_stage_put(&f->stage, sb);
 	pthread_mutex_unlock(&f->lock);
 }
 
@@ -750,61 +714,6 @@ static void *fwd_main(void *arg)
 	return NULL;
 }
 
-/* GPU blocks are copied into the staging buffers (pdma_block_read): pinned
- * with cuMemHostRegister, that copy runs at the copy engines' rate rather
- * than through the driver's own bounce buffer. */
-static void stage_pin(struct pdma_fwd *f)
-{
-	const struct pdma_cu_api *cu;
-	pdma_cu_ctx c;
-	pdma_cu_result r;
-	char m[64];
-
-	if (pdma_cu_get(&cu, m, sizeof(m))) {
-		snprintf(f->stage_pin, sizeof(f->stage_pin), "pageable (no CUDA driver: %s)", m);
-		return;
-	}
-	r = cu->DeviceGet(&f->cu_dev, f->bl->mem.device);
-	if (r == PDMA_CU_SUCCESS)
-		r = cu->DevicePrimaryCtxRetain(&f->cu_ctx, f->cu_dev);
-	if (r == PDMA_CU_SUCCESS) {
-		if (cu->CtxPushCurrent(f->cu_ctx) == PDMA_CU_SUCCESS) {
-			r = cu->MemHostRegister(f->stage_mem, f->stage_len, PDMA_CU_MEMHOSTREGISTER_PORTABLE);
-			cu->CtxPopCurrent(&c);
-		}
-		if (r != PDMA_CU_SUCCESS)
-			cu->DevicePrimaryCtxRelease(f->cu_dev);
-	}
-	if (r != PDMA_CU_SUCCESS) {
-		snprintf(f->stage_pin, sizeof(f->stage_pin), "pageable (cuMemHostRegister: %s)",
-			 pdma_cu_errname(r));
-		return;
-	}
-	f->cu = cu;
-	snprintf(f->stage_pin, sizeof(f->stage_pin), "pinned by cuMemHostRegister");
-}
-
-static void stage_free_all(struct pdma_fwd *f)
-{
-	if (f->cu) {
-		pdma_cu_ctx c;
-
-		if (f->cu->CtxPushCurrent(f->cu_ctx) == PDMA_CU_SUCCESS) {
-			f->cu->MemHostUnregister(f->stage_mem);
-			f->cu->CtxPopCurrent(&c);
-		}
-		f->cu->DevicePrimaryCtxRelease(f->cu_dev);
-		f->cu = NULL;
-	}
-	if (f->stage_memh)
-		f->u.api->mem_unmap(f->u.ctx, f->stage_memh);
-	free(f->stage_mem);
-	free(f->stage_all);
-	f->stage_memh = NULL;
-	f->stage_mem = NULL;
-	f->stage_all = NULL;
-}
-
 /* The forwarder on a subscription of its own (backpressure): the session's
  * (pdma_fwd_open), or any blocks layer's (bench/forward: a source of
  * synthetic blocks). It takes the subscription over: pdma_fwd_close closes
@@ -862,28 +771,10 @@ int pdma_fwd_open_sub(struct pdma_sub *sub, const struct pdma_fwd_attr *a, struc
 			f->pool_memh = NULL; /* sent without a memh: UCX registers as it goes */
 	}
 	if (f->stage_gpu || f->a.stage) {
-		uint32_t n = f->a.stage_buffers ? f->a.stage_buffers : 64;
-
-		f->stage_len = (n * f->bl->buf_bytes + 4095) / 4096 * 4096;
-		f->stage_mem = aligned_alloc(4096, f->stage_len);
-		f->stage_all = calloc(n, sizeof(*f->stage_all));
-		if (!f->stage_mem || !f->stage_all ||
-		    pdma_ucx_map(&f->u, f->stage_mem, n * f->bl->buf_bytes, UCS_MEMORY_TYPE_HOST,
-				 &f->stage_memh)) {
-			ret = -ENOMEM;
-			if (msg)
-				snprintf(msg, msglen, "staging buffers: %u of %zu bytes", n, f->bl->buf_bytes);
+		ret = pdma_fwd_stage_open(&f->stage, &f->u, f->bl,
+					  f->a.stage_buffers ? f->a.stage_buffers : 64, msg, msglen);
+		if (ret)
 			goto err;
-		}
-		for (uint32_t i = 0; i < n; i++) {
-			f->stage_all[i].p = (uint8_t *)f->stage_mem + (size_t)i * f->bl->buf_bytes;
-			f->stage_all[i].next = f->stage_free;
-			f->stage_free = &f->stage_all[i];
-		}
-		if (f->bl->mem.kind != PDMA_BLOCK_HOST)
-			stage_pin(f);
-		else
-			snprintf(f->stage_pin, sizeof(f->stage_pin), "host memory");
 	}
 	snprintf(f->desc, sizeof(f->desc), "%s; blocks in %s memory: %s%s%s", f->u.desc,
 		 f->bl->mem.kind == PDMA_BLOCK_HOST ? "host" :
@@ -892,7 +783,7 @@ int pdma_fwd_open_sub(struct pdma_sub *sub, const struct pdma_fwd_attr *a, struc
 		 f->a.stage ? "staged through host memory (--stage)" :
 		 f->bl->mem.kind == PDMA_BLOCK_CUDA ? "sent directly from GPU memory (UCX has CUDA)" :
 		 "sent directly from the block buffers",
-		 f->stage_mem ? ", staging buffers " : "", f->stage_mem ? f->stage_pin : "");
+		 f->stage.mem ? ", staging buffers " : "", f->stage.mem ? f->stage.pin : "");
 	f->st.ucx_cuda = f->u.cuda;
 	hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
 			UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -934,7 +825,7 @@ ucx_err:
 err:
 	if (f->listener)
 		f->u.api->listener_destroy(f->listener);
-	stage_free_all(f);
+	pdma_fwd_stage_close(&f->stage, &f->u);
 	if (f->pool_memh)
 		f->u.api->mem_unmap(f->u.ctx, f->pool_memh);
 	if (f->u.ctx)
@@ -1055,7 +946,7 @@ void pdma_fwd_close(struct pdma_fwd *f)
 		f->u.api->listener_destroy(f->listener);
 	if (f->pool_memh)
 		f->u.api->mem_unmap(f->u.ctx, f->pool_memh);
-	stage_free_all(f);
+	pdma_fwd_stage_close(&f->stage, &f->u);
 	pdma_ucx_close(&f->u);
 	pthread_mutex_destroy(&f->lock);
 	free(f);

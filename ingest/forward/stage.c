@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+/* The forwarder's staging buffers (stage.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blocks/blocks.h"
+#include "forward/stage.h"
+
+/* GPU blocks are copied into the staging buffers (pdma_block_read): pinned
+ * with cuMemHostRegister, that copy runs at the copy engines' rate rather
+ * than through the driver's own bounce buffer. */
+static void stage_pin(struct pdma_fwd_stage *s, int device)
+{
+	const struct pdma_cu_api *cu;
+	pdma_cu_ctx c;
+	pdma_cu_result r;
+	char m[64];
+
+	if (pdma_cu_get(&cu, m, sizeof(m))) {
+		snprintf(s->pin, sizeof(s->pin), "pageable (no CUDA driver: %s)", m);
+		return;
+	}
+	r = cu->DeviceGet(&s->dev, device);
+	if (r == PDMA_CU_SUCCESS)
+		r = cu->DevicePrimaryCtxRetain(&s->ctx, s->dev);
+	if (r == PDMA_CU_SUCCESS) {
+		if (cu->CtxPushCurrent(s->ctx) == PDMA_CU_SUCCESS) {
+			r = cu->MemHostRegister(s->mem, s->len, PDMA_CU_MEMHOSTREGISTER_PORTABLE);
+			cu->CtxPopCurrent(&c);
+		}
+		if (r != PDMA_CU_SUCCESS)
+			cu->DevicePrimaryCtxRelease(s->dev);
+	}
+	if (r != PDMA_CU_SUCCESS) {
+		snprintf(s->pin, sizeof(s->pin), "pageable (cuMemHostRegister: %s)", pdma_cu_errname(r));
+		return;
+	}
+	s->cu = cu;
+	snprintf(s->pin, sizeof(s->pin), "pinned by cuMemHostRegister");
+}
+
+int pdma_fwd_stage_open(struct pdma_fwd_stage *s, struct pdma_ucx *u, const struct pdma_blocks *bl,
+			uint32_t n, char *msg, size_t msglen)
+{
+	memset(s, 0, sizeof(*s));
+	s->buf_bytes = bl->buf_bytes;
+	s->len = (n * bl->buf_bytes + 4095) / 4096 * 4096;
+	s->mem = aligned_alloc(4096, s->len);
+	s->all = calloc(n, sizeof(*s->all));
+	if (!s->mem || !s->all ||
+	    pdma_ucx_map(u, s->mem, n * bl->buf_bytes, UCS_MEMORY_TYPE_HOST, &s->memh)) {
+		if (msg)
+			snprintf(msg, msglen, "staging buffers: %u of %zu bytes", n, bl->buf_bytes);
+		pdma_fwd_stage_close(s, u);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		s->all[i].p = (uint8_t *)s->mem + (size_t)i * bl->buf_bytes;
+		s->all[i].next = s->free;
+		s->free = &s->all[i];
+	}
+	if (bl->mem.kind != PDMA_BLOCK_HOST)
+		stage_pin(s, bl->mem.device);
+	else
+		snprintf(s->pin, sizeof(s->pin), "host memory");
+	return 0;
+}
+
+struct pdma_stage_buf *pdma_fwd_stage_copy(struct pdma_fwd_stage *s, const struct pdma_block *b,
+					   double *wait_s, double *copy_s)
+{
+	struct pdma_stage_buf *n = s->free;
+	/* the copy is the staging cost; the wait before it is for the
+	 * block's own production (its event) */
+	double t0 = pdma_ucx_now(), t1;
+	int e = n ? pdma_blocks_ready(b) : -ENOBUFS;
+
+	t1 = pdma_ucx_now();
+	if (!e)
+		e = pdma_block_read(b, 0, b->npackets, n->p);
+	if (e)
+		return NULL;
+	*wait_s += t1 - t0;
+	*copy_s += pdma_ucx_now() - t1;
+	s->free = n->next;
+	n->refs = 1;
+	return n;
+}
+
+void pdma_fwd_stage_put(struct pdma_fwd_stage *s, struct pdma_stage_buf *sb)
+{
+	if (!--sb->refs) {
+		sb->next = s->free;
+		s->free = sb;
+	}
+}
+
+void pdma_fwd_stage_close(struct pdma_fwd_stage *s, struct pdma_ucx *u)
+{
+	if (s->cu) {
+		pdma_cu_ctx c;
+
+		if (s->cu->CtxPushCurrent(s->ctx) == PDMA_CU_SUCCESS) {
+			s->cu->MemHostUnregister(s->mem);
+			s->cu->CtxPopCurrent(&c);
+		}
+		s->cu->DevicePrimaryCtxRelease(s->dev);
+	}
+	if (s->memh)
+		u->api->mem_unmap(u->ctx, s->memh);
+	free(s->mem);
+	free(s->all);
+	memset(s, 0, sizeof(*s));
+}
