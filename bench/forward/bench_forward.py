@@ -87,12 +87,13 @@ def perftest(size, seconds, guess_mbps, plain=False, eager=False):
     return float(m.group(2)) * MIB / 1e6, iters
 
 
-def forward(build, size, seconds, stage, tmp, eager_max=0, rate=0):
+def forward(build, size, seconds, stage, tmp, eager_max=0, rate=0, credits=16):
     bf = os.path.join(build, "bench", "forward", "bench_forward")
     tool = os.path.join(build, "peerdma")
     err = open(os.path.join(tmp, "bf.err"), "w+")
     cmd = [bf, "--size", str(size), "--seconds", str(seconds), "--eager-max", str(eager_max),
-           "--rate", str(int(rate))] + (["--stage"] if stage else [])
+           "--rate", str(int(rate)), "--credits", str(credits),
+           "--pool", str(max(64, 48 + credits))] + (["--stage"] if stage else [])
     src = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
     port = None
     for _ in range(600):
@@ -109,7 +110,8 @@ def forward(build, size, seconds, stage, tmp, eager_max=0, rate=0):
         err.seek(0)
         sys.exit("bench_forward: the source did not start:\n" + err.read())
     cj = os.path.join(tmp, "consume.json")
-    c = subprocess.run([tool, "consume", "--connect", "127.0.0.1:" + port, "--pool-blocks", "64",
+    c = subprocess.run([tool, "consume", "--connect", "127.0.0.1:" + port,
+                        "--pool-blocks", str(max(64, 2 * credits)),
                         "--json", cj, "-q"], capture_output=True, text=True, timeout=seconds + 120)
     out, _ = src.communicate(timeout=120)
     if c.returncode or src.returncode:
@@ -126,7 +128,7 @@ def paced_run(a, size, secs, tmp, r, perftest_mbps, eager_max=0):
     """forward with the source at a.paced x perftest_mbps: what arrived and
     what was dropped (printed and returned)."""
     m, f, _, _ = forward(a.build, size, secs, a.stage, tmp, eager_max=eager_max,
-                         rate=a.paced * perftest_mbps)
+                         rate=a.paced * perftest_mbps, credits=a.credits)
     print("size %8d round %d: %spaced at %.0f%% of %sperftest: offered %8.1f MB/s, received %8.1f, "
           "%d of %d blocks dropped" %
           (size, r, "eager, " if eager_max else "", 100 * a.paced, "eager " if eager_max else "",
@@ -148,6 +150,8 @@ def main():
     ap.add_argument("--paced", type=float, default=0.9,
                     help="also run the source paced at this fraction of the round's perftest rate: "
                          "does forward carry it without dropping a block? (0: not)")
+    ap.add_argument("--credits", type=int, default=16,
+                    help="blocks in flight per consumer (forward --credits; the pools grow with it)")
     ap.add_argument("--rndv-lanes", type=int, default=1,
                     help="UCX_MAX_RNDV_LANES for both, unless set (0: UCX's default)")
     ap.add_argument("--json")
@@ -162,6 +166,7 @@ def main():
         os.environ.setdefault("UCX_MAX_RNDV_LANES", str(a.rndv_lanes))
     sizes = [int(x, 0) for x in a.sizes.split(",")]
     rows, res = [], {"transport": os.environ["UCX_TLS"], "header_bytes": HDR, "rounds": a.rounds,
+                     "credits": a.credits,
                      "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},
                      "host": socket.gethostname(), "nproc": os.cpu_count(), "sizes": []}
     tmp = tempfile.mkdtemp()
@@ -175,7 +180,7 @@ def main():
                 p, iters = perftest(size, a.seconds, guess)
                 q, _ = perftest(size, a.seconds, guess, plain=True)
                 guess = max(p, q)
-                m, f, j, desc = forward(a.build, size, secs, a.stage, tmp)
+                m, f, j, desc = forward(a.build, size, secs, a.stage, tmp, credits=a.credits)
                 pt.append(p)
                 pp.append(q)
                 fw.append(m)
@@ -188,7 +193,8 @@ def main():
                     paced.append(paced_run(a, size, secs, tmp, r, p))
                 if eager:
                     p, _ = perftest(size, a.seconds, guess, eager=True)
-                    m, f, j, _ = forward(a.build, size, secs, a.stage, tmp, eager_max=a.eager_max)
+                    m, f, j, _ = forward(a.build, size, secs, a.stage, tmp, eager_max=a.eager_max,
+                                         credits=a.credits)
                     if f["eager_blocks"] != f["sent_blocks"]:
                         sys.exit("bench_forward: --eager-max sent %d of %d blocks eager" %
                                  (f["eager_blocks"], f["sent_blocks"]))
