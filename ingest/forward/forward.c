@@ -707,8 +707,10 @@ static void *fwd_main(void *arg)
 		if (e == -EPIPE)
 			break;
 		housekeeping(f);
+		/* a block or a UCX event wakes it at once; the timeout is
+		 * only housekeeping's tick (HELLO and stall timers) */
 		if (!k)
-			idle_wait(f, 1, true);
+			idle_wait(f, 10, true);
 	}
 	finish(f);
 	return NULL;
