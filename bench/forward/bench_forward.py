@@ -21,7 +21,7 @@ Each round, alternating (both see the same machine state):
             forwarder dropped for lack of credit (it never waits for a
             consumer: a consumer slower than the source shows as drops).
 The transport is UCX_TLS (default tcp) for both; any other UCX_* setting in
-the environment applies to both. One rendezvous lane (UCX_MAX_RNDV_LANES=1
+the environment applies to both. One rendezvous lane (UCX_MAX_RNDV_RAILS=1
 unless set, --rndv-lanes 0: UCX's own default of 2) for both: perftest's
 endpoint, made from a worker address, has one tcp lane (lo); forward's,
 made through UCX's connection manager (a listener), has one for every tcp
@@ -153,7 +153,7 @@ def main():
     ap.add_argument("--credits", type=int, default=16,
                     help="blocks in flight per consumer (forward --credits; the pools grow with it)")
     ap.add_argument("--rndv-lanes", type=int, default=1,
-                    help="UCX_MAX_RNDV_LANES for both, unless set (0: UCX's default)")
+                    help="UCX_MAX_RNDV_RAILS for both, unless set (0: UCX's default)")
     ap.add_argument("--json")
     a = ap.parse_args()
     if not shutil.which("ucx_perftest"):
@@ -163,7 +163,8 @@ def main():
     # both sides run UCX alike
     os.environ.setdefault("UCX_MEM_EVENTS", "no")
     if a.rndv_lanes:
-        os.environ.setdefault("UCX_MAX_RNDV_LANES", str(a.rndv_lanes))
+        if "UCX_MAX_RNDV_LANES" not in os.environ:  # its alias
+            os.environ.setdefault("UCX_MAX_RNDV_RAILS", str(a.rndv_lanes))
     sizes = [int(x, 0) for x in a.sizes.split(",")]
     rows, res = [], {"transport": os.environ["UCX_TLS"], "header_bytes": HDR, "rounds": a.rounds,
                      "credits": a.credits,
