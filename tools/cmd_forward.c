@@ -94,9 +94,9 @@ static int forward_check(void *arg, const struct pdma_opt *o, const struct pdma_
 {
 	struct forward *w = arg;
 
-	if (w->pool_blocks < 32 + w->fa.max_credits)
-		return pdma_opt_fail(o, "--pool-blocks (%u) must hold 32 + --credits (%u)", w->pool_blocks,
-				     w->fa.max_credits);
+	if (w->pool_blocks < PDMA_FWD_POOL_RESERVE + w->fa.max_credits)
+		return pdma_opt_fail(o, "--pool-blocks (%u) must hold %u + --credits (%u)", w->pool_blocks,
+				     PDMA_FWD_POOL_RESERVE, w->fa.max_credits);
 	if (c->dfr.out_pkts % w->block_packets ||
 	    (uint64_t)(w->late_blocks + 2) * w->block_packets > c->dfr.out_pkts)
 		return pdma_opt_fail(o, "--out-packets (%u) must be a multiple of --block-packets "

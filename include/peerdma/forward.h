@@ -40,6 +40,11 @@
 extern "C" {
 #endif
 
+/* Pool buffers per stream the forwarder may hold besides max_credits: its
+ * subscription's queue and a consumer's queue of blocks waiting for credit,
+ * 16 each. */
+#define PDMA_FWD_POOL_RESERVE 32
+
 struct pdma_fwd_attr {
 	uint32_t size;          /* sizeof (pdma_fwd_attr_init) */
 	const char *addr;       /* IPv4 address to listen on (default 0.0.0.0) */
@@ -51,8 +56,8 @@ struct pdma_fwd_attr {
 	 * (default 16). Each holds a buffer of its stream's pool until its send
 	 * completes, as do the 16 blocks at most that wait for a consumer's
 	 * credit: the session's pool_blocks must hold the forwarder's queue
-	 * (16), those 16 and max_credits, or a dead consumer's sends (until UCX
-	 * reports it) hold up the others. */
+	 * (16), those 16 and max_credits (PDMA_FWD_POOL_RESERVE + max_credits),
+	 * or a dead consumer's sends (until UCX reports it) hold up the others. */
 	uint32_t max_credits;
 	/* Blocks of at most this many bytes go as eager active messages (the
 	 * consumer copies them out of UCX's receive buffers), larger ones as

@@ -27,7 +27,6 @@
 
 #define FWD_MAX_CONSUMERS 64
 #define FWD_HELLO_MS 5000   /* a connection's HELLO must come within this */
-#define FWD_QUEUE 16        /* blocks a consumer without credit may have waiting */
 
 enum cstate { C_EMPTY, C_CONNECTING, C_LIVE, C_GONE };
 
@@ -41,9 +40,9 @@ struct fwd_consumer {
 	bool ended;               /* END sent: its disconnect is the goodbye, not a failure */
 	uint32_t credits, inflight;
 	/* blocks waiting for its credit, oldest first (each holds a reference):
-	 * a consumer that stalls for a moment loses nothing until FWD_QUEUE
+	 * a consumer that stalls for a moment loses nothing until PDMA_FWD_QUEUE
 	 * blocks wait, and the others never wait for it */
-	struct pdma_block *q[FWD_QUEUE];
+	struct pdma_block *q[PDMA_FWD_QUEUE];
 	uint32_t qhead, qlen;
 	uint32_t nstreams, streams[PDMA_FWD_MAX_SUBS];
 	struct pdma_fwd_consumer_stats st;
@@ -410,7 +409,7 @@ static struct pdma_block *q_pop(struct fwd_consumer *c)
 {
 	struct pdma_block *b = c->q[c->qhead];
 
-	c->qhead = (c->qhead + 1) % FWD_QUEUE;
+	c->qhead = (c->qhead + 1) % PDMA_FWD_QUEUE;
 	c->qlen--;
 	return b;
 }
@@ -449,10 +448,10 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 			drop_for(c, b, true, now);
 			continue;
 		}
-		if (c->qlen == FWD_QUEUE)
+		if (c->qlen == PDMA_FWD_QUEUE)
 			q_drop_oldest(c, false, now);
 		pdma_block_retain(b);
-		c->q[(c->qhead + c->qlen++) % FWD_QUEUE] = b;
+		c->q[(c->qhead + c->qlen++) % PDMA_FWD_QUEUE] = b;
 		/* the stall timer runs while blocks wait for credit (not before
 		 * its first grant: it may still be subscribing) */
 		if (!c->credits && c->granted && !c->no_credit_since)
@@ -856,7 +855,7 @@ int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct
 	 * falls behind, the loss is at the socket, counted there. Per
 	 * consumer it never waits (credits). */
 	sa.policy = PDMA_SUB_BACKPRESSURE;
-	sa.depth = 16;
+	sa.depth = PDMA_FWD_SUB_DEPTH;
 	ret = pdma_ingest_subscribe(ing, &sa, &sub);
 	if (ret) {
 		if (msg)
