@@ -53,33 +53,20 @@ static int arg_u(int argc, char **argv, int *i, unsigned long long *v)
 	return *end || argv[*i][0] == '-' ? -1 : 0;
 }
 
-/* GB/s of cuMemcpyDtoH of n bytes into dst for about secs; < 0 on error. */
-static double d2h_rate(const struct pdma_cu_api *cu, pdma_cu_ptr src, void *dst, size_t n, double secs)
+/* GB/s of cuMemcpyDtoH of n bytes into dst over about secs, counting only
+ * the copies' own time; gap_us > 0: one copy every gap_us (the forwarder's
+ * way: each copy starts alone), else back to back. < 0 on error. */
+static double d2h_rate(const struct pdma_cu_api *cu, pdma_cu_ptr src, void *dst, size_t n,
+		       unsigned gap_us, double secs)
 {
+	const struct timespec gap = { 0, (long)gap_us * 1000 };
+	double busy = 0, t0;
 	uint64_t k = 0;
-	double t0;
 
 	for (int i = 0; i < 3; i++) /* warm up */
 		if (cu->MemcpyDtoH(dst, src, n) != PDMA_CU_SUCCESS)
 			return -1;
 	t0 = now_s();
-	do {
-		if (cu->MemcpyDtoH(dst, src, n) != PDMA_CU_SUCCESS)
-			return -1;
-		k++;
-	} while (now_s() - t0 < secs);
-	return (double)k * n / (now_s() - t0) / 1e9;
-}
-
-/* GB/s of single cuMemcpyDtoH calls gap_us apart (the time between them not
- * counted), over about secs; < 0 on error. */
-static double d2h_isolated(const struct pdma_cu_api *cu, pdma_cu_ptr src, void *dst, size_t n,
-			   unsigned gap_us, double secs)
-{
-	const struct timespec gap = { 0, (long)gap_us * 1000 };
-	double busy = 0, t0 = now_s();
-	uint64_t k = 0;
-
 	do {
 		double t = now_s();
 
@@ -87,7 +74,8 @@ static double d2h_isolated(const struct pdma_cu_api *cu, pdma_cu_ptr src, void *
 			return -1;
 		busy += now_s() - t;
 		k++;
-		nanosleep(&gap, NULL);
+		if (gap_us)
+			nanosleep(&gap, NULL);
 	} while (now_s() - t0 < secs);
 	return (double)k * n / busy / 1e9;
 }
@@ -124,9 +112,9 @@ static int d2h_peak(size_t n, double secs)
 	}
 	if (registered && cu->MemAlloc(&d, n) == PDMA_CU_SUCCESS &&
 	    cu->MemAllocHost(&pinned, n) == PDMA_CU_SUCCESS && cu->MemsetD8(d, 0x5a, n) == PDMA_CU_SUCCESS) {
-		double p = d2h_rate(cu, d, pinned, n, secs), q = d2h_rate(cu, d, pageable, n, secs);
-		double r = d2h_rate(cu, d, registered, n, secs);
-		double o = d2h_isolated(cu, d, registered, n, 1280, secs);
+		double p = d2h_rate(cu, d, pinned, n, 0, secs), q = d2h_rate(cu, d, pageable, n, 0, secs);
+		double r = d2h_rate(cu, d, registered, n, 0, secs);
+		double o = d2h_rate(cu, d, registered, n, 1280, secs);
 
 		if (p > 0 && q > 0 && r > 0 && o > 0) {
 			printf("{\"size\": %zu, \"d2h_pinned_GBps\": %.3f, \"d2h_pageable_GBps\": %.3f, "
@@ -215,7 +203,7 @@ int main(int argc, char **argv)
 	}
 	pdma_sub_attr_init(&sa);
 	sa.policy = PDMA_SUB_BACKPRESSURE;
-	sa.depth = 16;
+	sa.depth = PDMA_FWD_SUB_DEPTH; /* as pdma_fwd_open's */
 	ret = pdma_blocks_subscribe(bl, &sa, &sub);
 	if (ret) {
 		fprintf(stderr, "bench_forward: subscribe: %s\n", strerror(-ret));
