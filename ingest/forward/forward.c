@@ -609,12 +609,13 @@ static void idle_wait(struct pdma_fwd *f, int ms, bool sub)
 				 { .fd = f->sub_efd, .events = POLLIN } };
 	uint64_t n;
 
-	if (sub)
-		(void)!read(f->sub_efd, &n, sizeof(n)); /* an earlier wake-up, spent */
 	if (f->u.api->worker_arm(f->u.worker) != UCS_OK ||
 	    (sub && pdma_sub_arm(f->sub, f->sub_efd)))
 		return;
-	poll(pfd, sub ? 2 : 1, ms);
+	/* a wake-up is spent where it is seen: one left from an earlier arm
+	 * only makes this poll return at once */
+	if (poll(pfd, sub ? 2 : 1, ms) > 0 && sub && (pfd[1].revents & POLLIN))
+		(void)!read(f->sub_efd, &n, sizeof(n));
 }
 
 /* After the session ended: END to every live consumer once its blocks are
