@@ -135,10 +135,12 @@ struct pdma_eq {
 	struct pdma_eq_entry *ring;
 };
 
-/* Random bytes for keys and raw-key tags, drawn from getrandom() a block at a
- * time: one system call per registration cost more than the rest of a cached
- * registration together. Bytes are handed out once and wiped. The block lives
- * in a MADV_WIPEONFORK page, so a forked child finds it empty and refills:
+/* Random bytes for keys and raw-key tags, a block at a time: ChaCha20
+ * keystream under a seed from getrandom(), re-keyed at each block (key.c: one
+ * system call per registration cost more than the rest of a cached
+ * registration together, and so did the kernel's ChaCha at 4 KiB a call).
+ * Bytes are handed out once and wiped. Seed and block live in a
+ * MADV_WIPEONFORK page, so a forked child finds it empty and seeds afresh:
  * it never repeats its parent's keys. Without such a page (old kernels) every
  * draw is a getrandom() call. Each registering thread draws from a page of its
  * own (key.c), without a lock; the domain's pool below serves a thread whose

@@ -65,9 +65,11 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* N keys span three blocks of a thread's keystream (505 keys each, key.c):
+ * unique across the re-keying at each refill too. */
 static void test_provider_keys(void **state)
 {
-	enum { N = 500 };
+	enum { N = 1500 };
 	struct pdma_domain *d = dom_open(PDMA_MR_BASIC, NULL);
 	static char buf[4096];
 	static struct pdma_mr *m[N];
