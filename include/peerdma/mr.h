@@ -273,7 +273,8 @@ int pdma_mr_dma_pages(const struct pdma_mr *mr, size_t iov_index, uint64_t *addr
  * moved, host pages unmapped while the kernel pinned them): the MR's DMA
  * state is gone (pdma_mr_dma: -ENODEV) and its cache entry dropped; close
  * it. Queued to an EQ bound with PDMA_MR_REVOKE_EVENTS, once per MR, by the
- * thread that handles the kernel's event.
+ * thread that handles the kernel's event. Such an EQ bound while MRs are open
+ * covers them too; one whose memory is already gone gets its event at the bind.
  */
 #define PDMA_MR_REVOKED 2
 struct pdma_eq_entry {

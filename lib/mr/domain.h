@@ -120,6 +120,7 @@ struct pdma_mr {
 	uint64_t cntr_flags;
 	struct pdma_ep *ep;
 	atomic_bool revoked; /* PDMA_MR_REVOKED posted (once per MR) */
+	bool watched;        /* segs[].user on their regions (domain lock) */
 	size_t nsegs;
 	struct pdma_mr_seg segs[];
 };
@@ -194,9 +195,13 @@ void pdma_eq_post(struct pdma_eq *eq, const struct pdma_eq_entry *entry);
  * when the queue is full. Returns false then. */
 bool pdma_eq_post_unreserved(struct pdma_eq *eq, const struct pdma_eq_entry *entry);
 
-/* mr_dma.c: an MR's segments watch their regions for revocation. */
+/* mr_dma.c: an MR's segments watch their regions for revocation, while an
+ * EQ with PDMA_MR_REVOKE_EVENTS is bound (m->watched). pdma_mr_watch_all:
+ * such an EQ was just bound, domain lock exclusive: every open MR not yet
+ * watching starts (one already revoked posts its event now). */
 void pdma_mr_watch(struct pdma_mr *m);
 void pdma_mr_unwatch(struct pdma_mr *m);
+void pdma_mr_watch_all(struct pdma_domain *d);
 
 /* mr.c: resolve [addr, addr + len) of an MR (offset or virtual address per
  * the domain's mode) for device access with the given remote access bit, and

@@ -50,6 +50,8 @@ int pdma_domain_bind_eq(struct pdma_domain *d, struct pdma_eq *eq, uint64_t flag
 		eq->bound = true;
 		/* Revocation callbacks read it without the domain lock. */
 		__atomic_store_n(&d->eq, eq, __ATOMIC_RELEASE);
+		if (flags & PDMA_MR_REVOKE_EVENTS)
+			pdma_mr_watch_all(d);
 	}
 	pthread_rwlock_unlock(&d->lock);
 	return ret;

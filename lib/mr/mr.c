@@ -137,7 +137,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	struct pdma_mr *m = NULL;
 	size_t total, npinned = 0;
 	uint64_t key = 0;
-	bool prov;
+	bool prov, watch = false;
 	void *be;
 	int ret;
 
@@ -246,6 +246,11 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 				.mr = m,
 			};
 		m->nsegs = npinned;
+		/* Only an EQ for revocations needs them: a watch is a lock and a
+		 * list insert per segment, a tenth of a cached registration. One
+		 * bound later watches the open MRs then (pdma_mr_watch_all). */
+		watch = d->eq && (d->eq->flags & PDMA_MR_REVOKE_EVENTS);
+		m->watched = watch;
 		m->desc_id = atomic_fetch_add(&desc_ids, 1) + 1;
 		ret = pdma_idmap_insert(&d->keys, key, &m->own_key);
 		if (!ret) {
@@ -263,7 +268,8 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 		goto err_regs;
 
 	*out = m;
-	pdma_mr_watch(m);
+	if (watch)
+		pdma_mr_watch(m);
 	if (eq) {
 		/* The handle is stored above, before a reader can see the event. */
 		struct pdma_eq_entry e = { .event = PDMA_MR_COMPLETE, .mr = m,
@@ -347,7 +353,8 @@ int pdma_mr_close(struct pdma_mr *m)
 	}
 	pdma_idmap_remove(&d->descs, m->desc_id);
 	unbind_all(m);
-	pdma_mr_unwatch(m); /* before n_mr drops: the EQ outlives every callback */
+	if (m->watched) /* before n_mr drops: the EQ outlives every callback */
+		pdma_mr_unwatch(m);
 	d->n_mr--;
 	/* The object may be reused as soon as the lock is dropped: keep what
 	 * is released after it (outside the lock: an uncached unpin is slow). */
@@ -611,9 +618,11 @@ int pdma_mr_refresh(struct pdma_mr *m, const struct iovec *iov, size_t count, ui
 		if (fresh[j]) {
 			struct pdma_region *old = m->segs[j].region;
 
-			pdma_region_del_user(old, &m->segs[j].user);
+			if (m->watched)
+				pdma_region_del_user(old, &m->segs[j].user);
 			m->segs[j].region = fresh[j];
-			pdma_region_add_user(fresh[j], &m->segs[j].user);
+			if (m->watched)
+				pdma_region_add_user(fresh[j], &m->segs[j].user);
 			fresh[j] = old;
 		}
 	}

@@ -50,6 +50,20 @@ void pdma_mr_unwatch(struct pdma_mr *m)
 		pdma_region_del_user(m->segs[i].region, &m->segs[i].user);
 }
 
+void pdma_mr_watch_all(struct pdma_domain *d)
+{
+	const struct pdma_idmap *t = &d->descs;
+
+	for (size_t i = 0; t->slot && i <= t->mask; i++) {
+		struct pdma_mr *m = t->slot[i].val;
+
+		if (m && !m->watched) {
+			m->watched = true;
+			pdma_mr_watch(m);
+		}
+	}
+}
+
 /* The segment's region, held against pdma_mr_refresh by the domain lock
  * (shared) until seg_done. */
 static struct pdma_region *seg_get(const struct pdma_mr *m, size_t i)

@@ -236,6 +236,42 @@ static void test_revoked_event(void **state)
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 
+/* An EQ bound after the registrations: MRs watch their memory only while
+ * such an EQ is bound (lib/mr/mr_dma.c), so the bind must start the watch of
+ * every open MR, and report one whose memory went before it. */
+static void test_revoked_bind_late(void **state)
+{
+	uint64_t base = 0x7f0000000000ull, gone = 0x7f0000800000ull;
+	struct pdma_domain *d = open_domain(0);
+	struct pdma_eq *eq;
+	struct pdma_eq_entry e;
+	struct pdma_mr *m, *mg, *closed;
+
+	(void)state;
+	fadd(base, 2 * MiB, PDMA_CU_MEMORYTYPE_DEVICE, 0);
+	fadd(gone, 2 * MiB, PDMA_CU_MEMORYTYPE_DEVICE, 0);
+	assert_int_equal(reg(d, base, MiB, NULL, &m), 0);
+	assert_int_equal(reg(d, gone, MiB, NULL, &mg), 0);
+	assert_int_equal(reg(d, base + MiB, MiB, NULL, &closed), 0);
+	assert_int_equal(pdma_mr_close(closed), 0);
+	pdma_cuda_invalidate(gone, 2 * MiB);
+	assert_int_equal(pdma_eq_open(d, 8, &eq), 0);
+	assert_int_equal(pdma_domain_bind_eq(d, eq, PDMA_MR_REVOKE_EVENTS), 0);
+	assert_int_equal(pdma_eq_read(eq, &e, 0), 0);
+	assert_int_equal(e.event, PDMA_MR_REVOKED);
+	assert_ptr_equal(e.mr, mg);
+	assert_int_equal(pdma_eq_read(eq, &e, 0), -EAGAIN);
+	pdma_cuda_invalidate(base, 2 * MiB);
+	assert_int_equal(pdma_eq_read(eq, &e, 0), 0);
+	assert_int_equal(e.event, PDMA_MR_REVOKED);
+	assert_ptr_equal(e.mr, m);
+	assert_int_equal(pdma_eq_read(eq, &e, 0), -EAGAIN);
+	assert_int_equal(pdma_mr_close(m), 0);
+	assert_int_equal(pdma_mr_close(mg), 0);
+	assert_int_equal(pdma_eq_close(eq), 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
 /* A full EQ drops a revocation (and says so) rather than block the thread
  * that revokes. */
 static void test_revoked_eq_full(void **state)
@@ -273,6 +309,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_host_mr_has_no_dma, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bind_eq_flags, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_revoked_bind_late, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_revoked_event, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_revoked_eq_full, setup, teardown),
 	};
