@@ -9,9 +9,11 @@
 #  2. peerdma bench reg: the public API's cached reg+close and misses;
 #  3. bench_cuda: the CUDA registration rows (hooks, tag check, host memory);
 #  4. bench_ingest (a) at 64 B - 1500 B against the D2D copy of the same run,
-#     and (c) gen -> ingest over loopback, 1500 B, 1-4 receive threads.
+#     and (c) gen -> ingest over loopback, 1500 B, 1-4 receive threads;
+#  5. bench_regcache's miss rows alone, cold and warm, at 10k and 100k new
+#     regions a repetition (is the miss flat?), and its --latency floors.
 # Each writes its table (.txt) and JSON under OUT. One call's 10 minutes do
-# not hold them all: PARTS (default 1234) picks steps, THREADS (default
+# not hold them all: PARTS (default 12345) picks steps, THREADS (default
 # "2 4 8 16") the thread counts of step 1; UCX's rcache takes microseconds a
 # hit with 4 or more threads, so step 1 runs 200k operations a thread.
 # usage: [PARTS=..] [THREADS=..] bench/run-round2-h100.sh BUILD OUT
@@ -25,7 +27,7 @@ mkdir -p "$OUT"
 	echo "$(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 } | tee "$OUT/regcache.txt"
 
-PARTS=${PARTS:-1234}
+PARTS=${PARTS:-12345}
 if [[ $PARTS == *1* ]]; then
 echo "=== 1. bench_regcache"
 for t in ${THREADS:-2 4 8 16}; do
@@ -60,12 +62,14 @@ fi
 
 if [[ $PARTS == *3* ]]; then
 echo "=== 3. bench_cuda"
-for v in new old; do
-	bin=$B/bench/cuda/bench_cuda
-	[ $v = old ] && bin=$B/old/bench_cuda
-	[ -x "$bin" ] || continue
-	echo "--- $v"
-	timeout 180 "$bin" --json "$OUT/bench-cuda-$v.json" 2>&1
+for r in 1 2; do
+	for v in new old; do
+		bin=$B/bench/cuda/bench_cuda
+		[ $v = old ] && bin=$B/old/bench_cuda
+		[ -x "$bin" ] || continue
+		echo "--- $v, round $r"
+		timeout 180 "$bin" --json "$OUT/bench-cuda-$v-$r.json" 2>&1
+	done
 done >"$OUT/bench-cuda.txt"
 grep -iE "^---|reg|close|host|hit" "$OUT/bench-cuda.txt" | head -60
 fi
@@ -77,6 +81,19 @@ timeout 300 "$B/bench/ingest/bench_ingest" --parts ac --sizes 64,256,1024,1500 -
 echo "rc=$?"
 cat "$OUT/ingest.txt"
 fi
+if [[ $PARTS == *5* ]]; then
+echo "=== 5. bench_regcache miss + pin, cold and warm"
+for n in 10000 100000; do
+	echo "--- $n new regions a repetition"
+	timeout 150 "$B/bench/regcache/bench_regcache" --no-hit --reps 5 --miss-ops $n \
+		--json "$OUT/rc-miss-$n.json" 2>&1
+done >"$OUT/regcache-miss.txt"
+echo "--- floors: DRAM latency, a cache line between two cores" >>"$OUT/regcache-miss.txt"
+timeout 120 "$B/bench/regcache/bench_regcache" --no-hit --no-miss --latency \
+	--json "$OUT/rc-latency.json" >>"$OUT/regcache-miss.txt" 2>&1
+grep -E "^miss|^---|KiB|cache line" "$OUT/regcache-miss.txt"
+fi
+
 # the regcache runs in one file (the device tool returns at most 8)
 python3 - "$OUT" <<'PY'
 import glob, json, os, sys

@@ -14,6 +14,8 @@
  *        pin, insert; "regions" is the count inserted per repetition)
  *   miss  sim backend: the same with peerdma's simulated GPU (64 KiB pins
  *        charged against a BAR)
+ *        Both miss rows run cold (each cache faults its memory in) and warm
+ *        ("warm": memory recycled from an earlier fill; bench_miss says how)
  *
  * Both caches run without memory-event monitors (UCX: ucm_events 0; peerdma:
  * the no-op/sim interface in TRUST mode), so both hit paths are the bare
@@ -21,13 +23,18 @@
  *
  * usage: bench_regcache [--reps N] [--threads N] [--ops N] [--sizes a,b,c]
  *                       [--json FILE] [--dat FILE] [--note TEXT] [--quick] [--no-miss]
- *                       [--no-hit] [--disjoint] [--miss-ops N]
+ *                       [--no-hit] [--disjoint] [--miss-ops N] [--latency]
  *
  * --miss-ops N: regions inserted per repetition of the miss rows (default
  * 100000; the sim row inserts N/4), to compare the miss at several sizes.
+ * --latency: the physical floors next to the rows: one dependent load at
+ * footprints from 256 KiB to 1 GiB (a lookup's working set outgrowing L2,
+ * L3), and one cache line passed between two threads (a hit on a region
+ * another core wrote last).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -401,8 +408,19 @@ static void bench_hits(size_t nregions, int maxthreads, int reps, size_t ops, vo
  * pin, insert (and the put that leaves it cached). No limit is reached:
  * UCX 1.13's ucs_rcache does not enforce max_regions (measured: 4000 regions
  * stay registered with max_regions 1024), so eviction cannot be compared.
+ * Both caches start cold in every repetition: a cache's first fill faults its
+ * memory in. peerdma's slab is mapped per cache and unmapped at close; UCX's
+ * regions come from malloc, and glibc would hand the next repetition the
+ * pages the last one freed, already faulted in (the miss rows measured UCX
+ * 1.4x faster from the second repetition on, 0.9x in the first).
+ * malloc_trim(0) after each close gives those pages back to the kernel.
+ * warm: both start with their memory faulted in, as a long-lived cache that
+ * has recycled regions: each repetition first fills a cache untimed; peerdma
+ * then flushes it (the entries go back to its slab), UCX closes it and opens
+ * another (its regions go back to glibc's heap, kept, which the new one
+ * reuses).
  */
-static void bench_miss(bool sim_backend, int reps, size_t ops, void *mem)
+static void bench_miss(bool sim_backend, bool warm, int reps, size_t ops, void *mem)
 {
 	struct row *rw = &rows[nrows++];
 	struct pdma_sim *sim = NULL;
@@ -410,7 +428,8 @@ static void bench_miss(bool sim_backend, int reps, size_t ops, void *mem)
 	size_t len;
 	uint64_t base, stride;
 
-	snprintf(rw->name, sizeof(rw->name), "miss+pin %s", sim_backend ? "sim" : "noop");
+	snprintf(rw->name, sizeof(rw->name), "miss+pin %s%s", sim_backend ? "sim" : "noop",
+		 warm ? " warm" : "");
 	rw->pattern = "miss";
 	rw->threads = 1;
 	rw->reps = reps;
@@ -442,11 +461,25 @@ static void bench_miss(bool sim_backend, int reps, size_t ops, void *mem)
 				fprintf(stderr, "cannot open cache\n");
 				exit(1);
 			}
+			if (warm) {
+				run_threads(&x, P_MISS, base, stride, len, ops, ops, 1, 1, 0);
+				if (kk == K_PDMA) {
+					pdma_cache_flush(x.pc);
+				} else {
+					cachex_close(&x);
+					if (cachex_open(&x, (enum kind)kk, 2 * ops + 1024, sim)) {
+						fprintf(stderr, "cannot open cache\n");
+						exit(1);
+					}
+				}
+			}
 			r = run_threads(&x, P_MISS, base, stride, len, ops, ops, 1, 1, 0);
 			rw->ns_all[kk][rep] = r.ns;
 			rw->mops_all[kk][rep] = r.mops;
 			rw->errors[kk] += r.errors;
 			cachex_close(&x);
+			if (!warm)
+				malloc_trim(0);
 		}
 	}
 	fill_row(rw);
@@ -535,6 +568,48 @@ static void machine_json(json_t *m, const char *note, double load_start)
 		json_object_set_new(m, "note", json_string(note));
 }
 
+/* The floor of a hit on a region another core hit last: one cache line
+ * passed between two threads, each waiting for the other's write before
+ * writing (ping-pong). ns per one-way transfer. */
+struct pingpong {
+	_Alignas(64) _Atomic uint64_t turn;
+	uint64_t n;
+};
+
+static void *pong(void *arg)
+{
+	struct pingpong *p = arg;
+
+	for (uint64_t i = 1; i < 2 * p->n; i += 2) {
+		while (atomic_load_explicit(&p->turn, memory_order_acquire) != i)
+			;
+		atomic_store_explicit(&p->turn, i + 1, memory_order_release);
+	}
+	return NULL;
+}
+
+static double handoff_ns(void)
+{
+	struct pingpong p = { .n = 2000000 };
+	pthread_t t;
+	double t0;
+
+	atomic_init(&p.turn, 0);
+	if (pthread_create(&t, NULL, pong, &p))
+		return 0;
+	t0 = now();
+	for (uint64_t i = 0; i < 2 * p.n; i += 2) {
+		while (atomic_load_explicit(&p.turn, memory_order_acquire) != i)
+			;
+		atomic_store_explicit(&p.turn, i + 1, memory_order_release);
+	}
+	while (atomic_load_explicit(&p.turn, memory_order_acquire) != 2 * p.n)
+		;
+	t0 = now() - t0;
+	pthread_join(t, NULL);
+	return t0 / (2.0 * (double)p.n) * 1e9;
+}
+
 int main(int argc, char **argv)
 {
 	int reps = 5, threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -548,7 +623,7 @@ int main(int argc, char **argv)
 	size_t mem_slots, max_regions = 0;
 	void *mem;
 	json_t *root, *jr, *jm;
-	double la[3] = { 0 }, load_start;
+	double la[3] = { 0 }, load_start, handoff = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
@@ -613,16 +688,18 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < nsizes && !no_hit; i++)
 		bench_hits(sizes[i], threads, reps, ops, mem);
 	if (!no_miss) {
-		bench_miss(false, reps, miss_ops, mem);
-		bench_miss(true, reps, miss_ops / 4, mem);
+		for (int warm = 0; warm < 2; warm++) {
+			bench_miss(false, warm, reps, miss_ops, mem);
+			bench_miss(true, warm, reps, miss_ops / 4, mem);
+		}
 	}
 
-	printf("%-16s %8s %3s | %10s %9s | %10s %9s | %7s\n", "workload", "regions", "thr",
+	printf("%-18s %8s %3s | %10s %9s | %10s %9s | %7s\n", "workload", "regions", "thr",
 	       "peerdma ns", "Mops/s", "UCX ns", "Mops/s", "ratio");
 	for (int i = 0; i < nrows; i++) {
 		struct row *rw = &rows[i];
 
-		printf("%-16s %8zu %3d | %10.1f %9.2f | %10.1f %9.2f | %7.3f%s\n", rw->name,
+		printf("%-18s %8zu %3d | %10.1f %9.2f | %10.1f %9.2f | %7.3f%s\n", rw->name,
 		       rw->regions, rw->threads, rw->ns[0], rw->mops[0], rw->ns[1], rw->mops[1],
 		       rw->ns[0] / rw->ns[1], rw->errors[0] || rw->errors[1] ? "  (errors!)" : "");
 	}
@@ -636,6 +713,9 @@ int main(int argc, char **argv)
 			lat_ns[i] = chase_ns(lat_sizes[i]);
 			printf("%9zu KiB %10.1f\n", lat_sizes[i] >> 10, lat_ns[i]);
 		}
+		handoff = handoff_ns();
+		printf("one cache line passed between two threads (ping-pong, one way; the floor of a "
+		       "hit on a region another core hit last): %.1f ns\n", handoff);
 	}
 
 	root = json_object();
@@ -684,6 +764,7 @@ int main(int argc, char **argv)
 			json_array_append_new(jl, o);
 		}
 		json_object_set_new(root, "latency", jl);
+		json_object_set_new(root, "line_handoff_ns", json_real(handoff));
 	}
 	if (json_path && json_dump_file(root, json_path, JSON_INDENT(2)))
 		fprintf(stderr, "cannot write %s\n", json_path);
