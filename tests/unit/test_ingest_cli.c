@@ -323,6 +323,24 @@ static void test_gen_gso_to_ingest(void **state)
 
 /* --threads N: with the same seed each stream sends and injects exactly the
  * same as with one thread (and as the pcap writer, pdma_gen_next's order). */
+/* An idle ingest backs its deframer's polling off (ingest/session.c,
+ * dfr_idle_sleep): its threads together wake about 1,000 times a second
+ * (voluntary context switches, summed over /proc/PID/task), where a fixed
+ * 50 us poll made about 13,000. The bound leaves room for a loaded machine. */
+static void test_idle_wakeups(void **state)
+{
+	(void)state;
+	uint16_t port = free_port();
+	assert_int_equal(sh("rm -f %s/err; (%s ingest -p %u -d 4 -j /dev/null 2>%s/err >/dev/null & "
+			    "echo $! > %s/pid); for k in $(seq 200); do grep -q listening %s/err 2>/dev/null "
+			    "&& break; sleep 0.05; done; sleep 1; p=$(cat %s/pid); "
+			    "c() { cat /proc/$p/task/*/status | awk '/^voluntary_ctxt_switches/ { s += $2 } "
+			    "END { print s }'; }; a=$(c); sleep 1; b=$(c); kill $p; "
+			    "while kill -0 $p 2>/dev/null; do sleep 0.05; done; "
+			    "echo \"idle ingest: $((b - a)) wake-ups in 1 s\"; [ $((b - a)) -lt 4000 ]",
+			    dir, tool, port, dir, dir, dir, dir), 0);
+}
+
 static void test_gen_threads_same_injection(void **state)
 {
 	(void)state;
@@ -368,6 +386,7 @@ int main(void)
 		cmocka_unit_test(test_gen_to_ingest_gro),
 		cmocka_unit_test(test_gen_gso_to_ingest),
 		cmocka_unit_test(test_gen_threads_same_injection),
+		cmocka_unit_test(test_idle_wakeups),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
