@@ -7,7 +7,7 @@
  *         then the cached host registration (hit and miss) under each host
  *         monitor, userfaultfd and memhooks, the hit next to the lib/cache
  *         find + put beneath it ("hit alone", and the ratio "x hit") and
- *         the two exclusive domain-lock pairs it takes ("locks"; "x both":
+ *         the two domain-lock pairs it takes ("locks"; "x both":
  *         the registration over hit + locks, its floor with this locking);
  *   dma   transfers through the simulated DMA device by key vs plain memcpy of
  *         the same sizes (the copy is the device's physical limit here).
@@ -163,25 +163,25 @@ static void monitor_row(json_t *rows, const char *kind, const char *asked, const
 }
 
 /* What the locking of a cached reg+close costs on this machine, uncontended:
- * the domain's rwlock taken exclusive and released twice (once in
- * pdma_mr_regattr, once in pdma_mr_close; lib/mr/domain.h), on a lock of its
- * own. With the hit alone it is the floor of a registration that must make
+ * the domain's lock (a mutex) taken and released twice, once in
+ * pdma_mr_regattr and once in pdma_mr_close (lib/mr/domain.h), on a lock of
+ * its own. With the hit alone it is the floor of a registration that makes
  * its key visible to devices under the domain lock. Mean ns of n. */
 static double domain_locks_ns(int n)
 {
-	pthread_rwlock_t l;
+	pthread_mutex_t l;
 	double t0;
 
-	pthread_rwlock_init(&l, NULL);
+	pthread_mutex_init(&l, NULL);
 	t0 = now_ns();
 	for (int i = 0; i < n; i++) {
-		pthread_rwlock_wrlock(&l);
-		pthread_rwlock_unlock(&l);
-		pthread_rwlock_wrlock(&l);
-		pthread_rwlock_unlock(&l);
+		pthread_mutex_lock(&l);
+		pthread_mutex_unlock(&l);
+		pthread_mutex_lock(&l);
+		pthread_mutex_unlock(&l);
 	}
 	t0 = (now_ns() - t0) / n;
-	pthread_rwlock_destroy(&l);
+	pthread_mutex_destroy(&l);
 	return t0;
 }
 

@@ -203,7 +203,9 @@ int pdma_mr_regv(struct pdma_domain *domain, const struct iovec *iov, size_t cou
 		 struct pdma_mr **mr, void *context);
 int pdma_mr_regattr(struct pdma_domain *domain, const struct pdma_mr_attr *attr,
 		    uint64_t flags, struct pdma_mr **mr);
-/* -EBUSY while bound to an open counter or endpoint. */
+/* -EBUSY while bound to an open counter or endpoint. Waits for the device
+ * transfers in flight in the domain: once it returns, none reaches the
+ * memory through the MR's keys. */
 int pdma_mr_close(struct pdma_mr *mr);
 
 uint64_t pdma_mr_key(const struct pdma_mr *mr);

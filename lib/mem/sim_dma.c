@@ -67,7 +67,8 @@ struct local {
 	bool cached;
 };
 
-/* Caller holds d->lock shared. */
+/* With desc: caller holds d->lock (the descriptor is looked up). Without:
+ * the hidden registration pins, and runs without it. */
 static int local_begin(struct pdma_domain *d, const void *buf, size_t len, void *desc,
 		       uint64_t access, struct local *l)
 {
@@ -149,23 +150,34 @@ static int rma(struct pdma_domain *d, void *buf, size_t len, void *desc, uint64_
 	       uint64_t key, bool write)
 {
 	struct copy c = { .buf = buf, .to_mr = write };
-	struct pdma_mr *m;
+	const uint64_t local_access = write ? PDMA_WRITE : PDMA_READ;
+	struct pdma_mr *m = NULL;
+	bool in_flight = false;
 	struct local l;
-	int ret;
+	int ret = 0;
 
 	if (!d)
 		return -EINVAL;
-	pthread_rwlock_rdlock(&d->lock);
-	ret = local_begin(d, buf, len, desc, write ? PDMA_WRITE : PDMA_READ, &l);
+	if (!desc)
+		ret = local_begin(d, buf, len, NULL, local_access, &l);
+	pthread_mutex_lock(&d->lock);
+	if (!ret && desc)
+		ret = local_begin(d, buf, len, desc, local_access, &l);
 	if (!ret) {
+		/* From here to local_end both MRs stay open (domain.h, Locking). */
 		m = pdma_key_lookup(d, key);
+		pdma_dom_access_begin(d);
+		in_flight = true;
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (!ret)
 		ret = m ? pdma_mr_access(d, m, addr, len,
 					 write ? PDMA_REMOTE_WRITE : PDMA_REMOTE_READ, copy_piece,
 					 &c)
 			: -ENOKEY;
-	}
 	local_end(d, &l);
-	pthread_rwlock_unlock(&d->lock);
+	if (in_flight)
+		pdma_dom_access_end(d);
 	if (!ret)
 		count(d, len);
 	return ret;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Domains, counters and endpoints (the objects MRs bind to), log routing. */
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +40,7 @@ static void domain_free(struct pdma_domain *d)
 	pdma_idmap_fini(&d->keys);
 	pdma_idmap_fini(&d->descs);
 	pthread_mutex_destroy(&d->cuda_lock);
-	pthread_rwlock_destroy(&d->lock);
+	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
 
@@ -69,7 +70,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 		d->attr.raw_key_size = PDMA_RAW_KEY_MIN;
 	d->key_mask = d->attr.mr_key_size == 8 ? UINT64_MAX
 					       : (1ull << (8 * d->attr.mr_key_size)) - 1;
-	pthread_rwlock_init(&d->lock, NULL);
+	pthread_mutex_init(&d->lock, NULL);
 	pthread_mutex_init(&d->cuda_lock, NULL);
 	pdma_rand_init(&d->rand);
 	pdma_fork_init(); /* before any pin: children must know inherited pins */
@@ -114,16 +115,23 @@ err:
 	return ret;
 }
 
+void pdma_dom_quiesce(struct pdma_domain *d)
+{
+	/* Accesses move bytes for microseconds at most: yield, not sleep. */
+	while (atomic_load_explicit(&d->busy, memory_order_acquire))
+		sched_yield();
+}
+
 int pdma_domain_close(struct pdma_domain *d)
 {
 	if (!d)
 		return -EINVAL;
-	pthread_rwlock_wrlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
 	if (d->n_mr || d->n_cntr || d->n_ep || d->eq || d->keys.n) {
-		pthread_rwlock_unlock(&d->lock);
+		pthread_mutex_unlock(&d->lock);
 		return -EBUSY;
 	}
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	pdma_fork_list_del(&pdma_fork_domains, &d->fork_node);
 	domain_free(d);
 	return 0;
@@ -181,9 +189,9 @@ static void *target_open(struct pdma_domain *d, size_t size, size_t *count)
 	if (!t)
 		return NULL;
 	t->dom = d;
-	pthread_rwlock_wrlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
 	(*count)++;
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	return t;
 }
 
@@ -194,11 +202,11 @@ static int target_close(struct pdma_bind_target *t, size_t *count)
 
 	if (atomic_load(&t->closed))
 		return -EINVAL;
-	pthread_rwlock_wrlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
 	atomic_store(&t->closed, true);
 	last = atomic_load(&t->binds) == 0;
 	(*count)--;
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	if (last)
 		free(t);
 	return 0;

@@ -2,12 +2,20 @@
 /*
  * Internal definitions shared by the domain, MR, key, EQ and bind code.
  *
- * Locking: the domain's rwlock protects the key and descriptor tables, the
- * MR pool and the object counts. Device accesses (sim DMA) take it shared to
- * resolve a key and hold a reference on the MR's regions through their
- * quiesce locks; registration, close and key mapping take it exclusive, each
- * once (a cached registration takes it once and a close once: nothing on
- * either path walks a table or calls malloc). It is per domain, never global.
+ * Locking: the domain's lock (a mutex) protects the key and descriptor
+ * tables, the MR pool and the object counts. A device access (sim DMA,
+ * pdma_mr_dma) resolves its key under it and counts itself in d->busy before
+ * dropping it, then moves its bytes without it, holding the MR's regions
+ * through their quiesce locks (pdma_dom_access_begin/_end). What takes an MR
+ * away from a device (close, refresh, unmapping a key, binding what an
+ * access reads) first waits, under the lock, until no access is in flight
+ * (pdma_dom_quiesce): none can start meanwhile, they start under the lock.
+ * Registration changes nothing an access in flight reads, and does not wait.
+ * A cached registration takes the lock once and a close once, and nothing on
+ * either path walks a table or calls malloc. Why not a rwlock, shared for
+ * accesses: glibc's exclusive lock and unlock cost 35-42 ns a pair on the
+ * H100 machine's host, a mutex's 23-28 (bench/results/round2c-h100.txt), and
+ * a cached reg+close takes two. It is per domain, never global.
  */
 #ifndef PDMA_LIB_DOMAIN_H
 #define PDMA_LIB_DOMAIN_H
@@ -53,8 +61,7 @@ struct pdma_key_entry {
 /* A 64-bit ID -> object table, open addressing with linear probing: keys
  * (-> struct pdma_key_entry) and descriptor IDs (-> struct pdma_mr). A slot
  * is free when its value is NULL, so any 64-bit ID (a requested key may be
- * 0) can be stored. Lookups under the domain lock shared, changes under it
- * exclusive (key.c). */
+ * 0) can be stored. Lookups and changes under the domain lock (key.c). */
 struct pdma_idmap_slot {
 	uint64_t id;
 	void *val;
@@ -73,7 +80,7 @@ void pdma_idmap_fini(struct pdma_idmap *t);
 
 /* What an MR binds to (counters, endpoints). Such an object stays allocated
  * while an MR is bound to it, even after close, so an MR never points at freed
- * memory; close only marks it. The domain lock (exclusive) orders both. */
+ * memory; close only marks it. The domain lock orders both. */
 struct pdma_bind_target {
 	struct pdma_domain *dom;
 	atomic_int binds;    /* MRs bound to it */
@@ -89,7 +96,7 @@ struct pdma_ep {
 	struct pdma_bind_target t;
 };
 
-/* domain.c; caller holds the domain lock exclusive for unbind. */
+/* domain.c; caller holds the domain lock for unbind. */
 void pdma_target_unbind(struct pdma_bind_target *t);
 
 /* MR objects of up to PDMA_MR_POOL_SEGS segments (the default mr_iov_limit)
@@ -156,7 +163,8 @@ struct pdma_domain {
 	struct pdma_domain_attr attr;
 	struct pdma_rand_pool rand;
 	uint64_t key_mask;           /* keys must fit in mr_key_size bytes */
-	pthread_rwlock_t lock;
+	pthread_mutex_t lock;
+	atomic_size_t busy;          /* device accesses in flight (see Locking above) */
 	struct pdma_idmap keys;      /* live keys, own and mapped -> pdma_key_entry */
 	struct pdma_idmap descs;     /* live MRs by desc_id */
 	struct pdma_mr *mr_pool;     /* closed MR objects for reuse (pool_next, cap POOL_SEGS) */
@@ -172,14 +180,29 @@ struct pdma_domain {
 	struct pdma_fork_node fork_node; /* on pdma_fork_domains while open */
 };
 
+/* A device access: begin with the domain lock held, after its key (and
+ * descriptor) resolved; end without it, when its last byte moved. */
+static inline void pdma_dom_access_begin(struct pdma_domain *d)
+{
+	atomic_fetch_add_explicit(&d->busy, 1, memory_order_relaxed);
+}
+
+static inline void pdma_dom_access_end(struct pdma_domain *d)
+{
+	atomic_fetch_sub_explicit(&d->busy, 1, memory_order_release);
+}
+
+/* Domain lock held: wait until no device access is in flight. */
+void pdma_dom_quiesce(struct pdma_domain *d);
+
 void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* key.c. pdma_key_new: a requested key checked for range and against the
  * live keys, or (PDMA_MR_PROV_KEY) a random one not live now; domain lock
- * held, shared or exclusive. pdma_key_draw: a random candidate key for
+ * held. pdma_key_draw: a random candidate key for
  * PDMA_MR_PROV_KEY, unchecked (no lock needed): the caller checks it under the
- * lock exclusive and falls back to pdma_key_new if it is taken. */
+ * lock and falls back to pdma_key_new if it is taken. */
 int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key);
 int pdma_key_draw(struct pdma_domain *d, uint64_t *key);
 struct pdma_mr *pdma_key_lookup(struct pdma_domain *d, uint64_t key);
@@ -197,7 +220,7 @@ bool pdma_eq_post_unreserved(struct pdma_eq *eq, const struct pdma_eq_entry *ent
 
 /* mr_dma.c: an MR's segments watch their regions for revocation, while an
  * EQ with PDMA_MR_REVOKE_EVENTS is bound (m->watched). pdma_mr_watch_all:
- * such an EQ was just bound, domain lock exclusive: every open MR not yet
+ * such an EQ was just bound, domain lock held: every open MR not yet
  * watching starts (one already revoked posts its event now). */
 void pdma_mr_watch(struct pdma_mr *m);
 void pdma_mr_unwatch(struct pdma_mr *m);
@@ -205,11 +228,13 @@ void pdma_mr_watch_all(struct pdma_domain *d);
 
 /* mr.c: resolve [addr, addr + len) of an MR (offset or virtual address per
  * the domain's mode) for device access with the given remote access bit, and
- * run fn over each piece with the pieces' regions held for DMA. */
+ * run fn over each piece with the pieces' regions held for DMA. The caller
+ * holds the domain lock or has begun an access (pdma_dom_access_begin). */
 typedef void (*pdma_mr_piece_fn)(void *arg, void *mem, size_t len, size_t done);
 int pdma_mr_access(struct pdma_domain *d, struct pdma_mr *mr, uint64_t addr, size_t len,
 		   uint64_t access, pdma_mr_piece_fn fn, void *arg);
-/* Look up a key and access its MR, all under the domain's lock. */
+/* Look up a key under the domain's lock and access its MR as an access in
+ * flight (pdma_dom_access_begin), without the lock. */
 int pdma_key_access(struct pdma_domain *d, uint64_t key, uint64_t addr, size_t len,
 		    uint64_t access, pdma_mr_piece_fn fn, void *arg);
 /* The MR a local descriptor names, if it is live and of this domain. */

@@ -63,13 +63,14 @@ static void domains_prepare(void)
 	for (struct pdma_fork_node *n = pdma_fork_domains.head; n; n = n->next) {
 		struct pdma_domain *d = domain_of(n);
 
-		pthread_rwlock_wrlock(&d->lock);
+		pthread_mutex_lock(&d->lock);
+		pdma_dom_quiesce(d); /* no access in flight: the child has none */
 		pthread_mutex_lock(&d->rand.lock);
 	}
 }
 
-/* child: glibc tells a writer's rwlock unlock by thread ID, and the child's
- * thread has another; the lock, ours alone, is made anew instead. */
+/* child: the lock, ours alone there, is made anew rather than unlocked by a
+ * thread that did not lock it. */
 static void domains_release(bool child)
 {
 	for (struct pdma_fork_node *n = pdma_fork_domains.head; n; n = n->next) {
@@ -77,9 +78,9 @@ static void domains_release(bool child)
 
 		pthread_mutex_unlock(&d->rand.lock);
 		if (child)
-			pthread_rwlock_init(&d->lock, NULL);
+			pthread_mutex_init(&d->lock, NULL);
 		else
-			pthread_rwlock_unlock(&d->lock);
+			pthread_mutex_unlock(&d->lock);
 	}
 	pthread_mutex_unlock(&pdma_fork_domains.lock);
 }

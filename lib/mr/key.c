@@ -4,7 +4,7 @@
  * another MR from its own; they are checked against the live table so a key
  * is never handed out twice while live. Requested keys are the caller's and
  * only checked for range and uniqueness. Caller holds the domain lock
- * (pdma_key_new, pdma_key_lookup: shared is enough; table changes: exclusive).
+ * (pdma_key_new, pdma_key_lookup and table changes alike).
  *
  * The random bytes are ChaCha20 keystream (libsodium) under a 32-byte seed
  * from getrandom(), re-keyed at every refill with fast key erasure, as the

@@ -97,7 +97,7 @@ static int check_iov(const struct pdma_domain *d, const struct iovec *iov, size_
 }
 
 /* An MR object for nsegs segments: from the domain's pool if it fits there,
- * else a new one (see struct pdma_mr). Domain lock exclusive. The pool saves
+ * else a new one (see struct pdma_mr). Domain lock held. The pool saves
  * an allocation on every registration; it holds as many objects as were
  * ever open at once. A reused object keeps its old fields: the caller sets
  * every one (a memset here cost a tenth of a cached registration). */
@@ -116,7 +116,7 @@ static struct pdma_mr *mr_get(struct pdma_domain *d, size_t nsegs)
 	return m;
 }
 
-/* Domain lock exclusive. False: not a pool object, the caller frees it (after
+/* Domain lock held. False: not a pool object, the caller frees it (after
  * dropping the lock). */
 static bool mr_put(struct pdma_domain *d, struct pdma_mr *m)
 {
@@ -160,25 +160,25 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 		return ret;
 
 	/* Fail on a bad requested key before paying for any pin. The EQ slot is
-	 * reserved under the domain lock: pdma_eq_close (lock exclusive) then
+	 * reserved under the domain lock: pdma_eq_close (under the lock) then
 	 * sees the reservation and cannot free the EQ under us. A provider key
 	 * with no EQ bound needs neither, and skips this lock (a cached
 	 * registration then takes the domain lock once): its key is drawn after
 	 * the pins, without the domain lock (random pages need none), and
-	 * checked against the live keys once, under the lock exclusive below.
+	 * checked against the live keys once, under the lock below.
 	 * An EQ bound meanwhile is caught there too. d->eq is only compared
 	 * with NULL here, never followed: the EQ may be closing. */
 	prov = d->attr.mr_mode & PDMA_MR_PROV_KEY;
 	if (prov && attr->requested_key)
 		return -EKEYREJECTED; /* pdma_key_new's rule, without the lock */
 	if (!prov || __atomic_load_n(&d->eq, __ATOMIC_ACQUIRE)) {
-		pthread_rwlock_rdlock(&d->lock);
+		pthread_mutex_lock(&d->lock);
 		if (!prov)
 			ret = pdma_key_new(d, attr->requested_key, &key);
 		eq = d->eq && (d->eq->flags & PDMA_REG_MR) ? d->eq : NULL;
 		if (!ret && eq)
 			ret = pdma_eq_reserve(eq);
-		pthread_rwlock_unlock(&d->lock);
+		pthread_mutex_unlock(&d->lock);
 		if (ret)
 			return ret;
 	}
@@ -200,7 +200,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	if (ret)
 		goto err_regs;
 
-	pthread_rwlock_wrlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
 	if (!eq && d->eq && (d->eq->flags & PDMA_REG_MR)) {
 		/* Bound since the check above: this registration completes after
 		 * the bind, so it owes the EQ its event. */
@@ -263,7 +263,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	}
 	if (!ret)
 		d->n_mr++;
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	if (ret)
 		goto err_regs;
 
@@ -335,16 +335,17 @@ int pdma_mr_close(struct pdma_mr *m)
 	if (!m)
 		return -EINVAL;
 	d = m->dom;
-	pthread_rwlock_wrlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
 	if ((m->cntr && !atomic_load(&m->cntr->t.closed)) ||
 	    (m->ep && !atomic_load(&m->ep->t.closed))) {
-		pthread_rwlock_unlock(&d->lock);
+		pthread_mutex_unlock(&d->lock);
 		return -EBUSY;
 	}
-	/* With the lock exclusive no transfer is in flight; once the keys are
-	 * gone none can start: the device can no longer reach the memory. The
-	 * MR's own key and its mapped keys (its alias list) are all it has in
-	 * the table: nothing else is searched. */
+	/* Once the accesses in flight are done none is (they start under the
+	 * lock), and once the keys are gone none can start: the device can no
+	 * longer reach the memory. The MR's own key and its mapped keys (its
+	 * alias list) are all it has in the table: nothing else is searched. */
+	pdma_dom_quiesce(d);
 	pdma_idmap_remove(&d->keys, m->own_key.key);
 	while ((e = m->aliases)) {
 		m->aliases = e->next_alias;
@@ -362,7 +363,7 @@ int pdma_mr_close(struct pdma_mr *m)
 	for (size_t i = 0; i < nsegs; i++)
 		regs[i] = m->segs[i].region;
 	pooled = mr_put(d, m);
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	if (!pooled)
 		free(m);
 	for (size_t i = 0; i < nsegs; i++)
@@ -441,7 +442,7 @@ int pdma_mr_map_raw(struct pdma_domain *d, uint64_t base_addr, const uint8_t *ra
 	e = malloc(sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	pthread_rwlock_wrlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
 	m = pdma_key_lookup(d, k);
 	if (!m || m->own_key.key != k) {
 		ret = -ENOKEY;
@@ -471,10 +472,10 @@ int pdma_mr_map_raw(struct pdma_domain *d, uint64_t base_addr, const uint8_t *ra
 	e->next_alias = m->aliases; /* pdma_mr_close drops it with the MR */
 	m->aliases = e;
 	*key = e->key;
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	return 0;
 out:
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	free(e);
 	return ret;
 }
@@ -487,17 +488,18 @@ int pdma_mr_unmap_key(struct pdma_domain *d, uint64_t key)
 		return -EINVAL;
 	if (!(d->attr.mr_mode & PDMA_MR_RAW))
 		return -ENOSYS;
-	pthread_rwlock_wrlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
 	e = pdma_idmap_find(&d->keys, key);
 	if (!e || !e->mapped) {
-		pthread_rwlock_unlock(&d->lock);
+		pthread_mutex_unlock(&d->lock);
 		return e ? -EINVAL : -ENOKEY;
 	}
+	pdma_dom_quiesce(d); /* no access through the key outlives the call */
 	pdma_idmap_remove(&d->keys, key);
 	for (p = &e->mr->aliases; *p != e; p = &(*p)->next_alias)
 		;
 	*p = e->next_alias;
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	free(e);
 	return 0;
 }
@@ -519,17 +521,18 @@ int pdma_mr_bind_cntr(struct pdma_mr *m, struct pdma_cntr *c, uint64_t flags)
 		return -EOPNOTSUPP;
 	if (flags != PDMA_REMOTE_WRITE_EVENTS)
 		return -EINVAL;
-	pthread_rwlock_wrlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
 	if (atomic_load(&m->enabled))
 		ret = -EINVAL; /* bindings are fixed once enabled */
 	else if (m->cntr)
 		ret = -EBUSY;
 	else {
+		pdma_dom_quiesce(d); /* accesses read m->cntr without the lock */
 		m->cntr = c;
 		m->cntr_flags = flags;
 		atomic_fetch_add(&c->t.binds, 1);
 	}
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	return ret;
 }
 
@@ -543,16 +546,17 @@ int pdma_mr_bind_ep(struct pdma_mr *m, struct pdma_ep *ep, uint64_t flags)
 	d = m->dom;
 	if (!(d->attr.mr_mode & PDMA_MR_ENDPOINT))
 		return -EOPNOTSUPP;
-	pthread_rwlock_wrlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
 	if (atomic_load(&m->enabled))
 		ret = -EINVAL;
 	else if (m->ep)
 		ret = -EBUSY;
 	else {
+		pdma_dom_quiesce(d);
 		m->ep = ep;
 		atomic_fetch_add(&ep->t.binds, 1);
 	}
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	return ret;
 }
 
@@ -566,12 +570,12 @@ int pdma_mr_enable(struct pdma_mr *m)
 	d = m->dom;
 	if (!needs_enable(d))
 		return 0; /* MRs of this domain are enabled at registration */
-	pthread_rwlock_wrlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
 	if ((d->attr.mr_mode & PDMA_MR_ENDPOINT) && !m->ep)
 		ret = -EINVAL; /* an endpoint MR must be bound before enable */
 	else
 		atomic_store(&m->enabled, true);
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	return ret;
 }
 
@@ -613,7 +617,8 @@ int pdma_mr_refresh(struct pdma_mr *m, const struct iovec *iov, size_t count, ui
 			return ret;
 		}
 	}
-	pthread_rwlock_wrlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
+	pdma_dom_quiesce(d); /* accesses in flight read the old regions */
 	for (size_t j = 0; j < m->nsegs; j++) {
 		if (fresh[j]) {
 			struct pdma_region *old = m->segs[j].region;
@@ -626,7 +631,7 @@ int pdma_mr_refresh(struct pdma_mr *m, const struct iovec *iov, size_t count, ui
 			fresh[j] = old;
 		}
 	}
-	pthread_rwlock_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock);
 	for (size_t j = 0; j < m->nsegs; j++)
 		region_release(d, fresh[j]);
 	return 0;
@@ -694,9 +699,14 @@ int pdma_key_access(struct pdma_domain *d, uint64_t key, uint64_t addr, size_t l
 	struct pdma_mr *m;
 	int ret;
 
-	pthread_rwlock_rdlock(&d->lock);
+	pthread_mutex_lock(&d->lock);
 	m = pdma_key_lookup(d, key);
-	ret = m ? pdma_mr_access(d, m, addr, len, access, fn, arg) : -ENOKEY;
-	pthread_rwlock_unlock(&d->lock);
+	if (m)
+		pdma_dom_access_begin(d);
+	pthread_mutex_unlock(&d->lock);
+	if (!m)
+		return -ENOKEY;
+	ret = pdma_mr_access(d, m, addr, len, access, fn, arg);
+	pdma_dom_access_end(d);
 	return ret;
 }

@@ -64,17 +64,22 @@ void pdma_mr_watch_all(struct pdma_domain *d)
 	}
 }
 
-/* The segment's region, held against pdma_mr_refresh by the domain lock
- * (shared) until seg_done. */
+/* The segment's region, held against pdma_mr_refresh and close as an
+ * access in flight (domain.h, Locking) until seg_done. */
 static struct pdma_region *seg_get(const struct pdma_mr *m, size_t i)
 {
-	pthread_rwlock_rdlock(&m->dom->lock);
-	return m->segs[i].region;
+	struct pdma_region *r;
+
+	pthread_mutex_lock(&m->dom->lock);
+	r = m->segs[i].region;
+	pdma_dom_access_begin(m->dom);
+	pthread_mutex_unlock(&m->dom->lock);
+	return r;
 }
 
 static void seg_done(const struct pdma_mr *m)
 {
-	pthread_rwlock_unlock(&m->dom->lock);
+	pdma_dom_access_end(m->dom);
 }
 
 int pdma_mr_dma(const struct pdma_mr *m, size_t i, struct pdma_mr_dma *dma)

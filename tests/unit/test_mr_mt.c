@@ -370,6 +370,95 @@ static void test_provider_keys_parallel(void **state)
 		free(sh.bufs[i]);
 }
 
+/* pdma_mr_close waits for the transfers in flight through the MR's key
+ * (lib/mr/domain.h, Locking): once it returns, no byte of the memory is
+ * written through the dead key, however long the device's writes. Two
+ * device threads write 512 KiB at a time, each its own half (two engines on
+ * the same bytes would be the test's race); the test zeroes the memory right
+ * after close returns and finds it still zero after the writers were told
+ * to stop. Without the wait, a copy begun before the close lands after it. */
+struct cw_shared {
+	struct pdma_domain *d;
+	_Atomic uint64_t key;
+	atomic_bool stop;
+	atomic_long ok, refused;
+	const unsigned char *src;
+	size_t len;
+};
+
+struct cw_thread {
+	struct cw_shared *sh;
+	uint64_t off;
+};
+
+static void *cw_writer(void *arg)
+{
+	const struct cw_thread *t = arg;
+	struct cw_shared *sh = t->sh;
+
+	while (!atomic_load(&sh->stop)) {
+		uint64_t k = atomic_load(&sh->key);
+		int r = pdma_sim_dma_write(sh->d, k, t->off, sh->src, sh->len / 2);
+
+		if (r == 0)
+			atomic_fetch_add(&sh->ok, 1);
+		else if (r == -ENOKEY)
+			atomic_fetch_add(&sh->refused, 1);
+		else
+			fail_msg("unexpected DMA result %d", r);
+	}
+	return NULL;
+}
+
+static void test_close_waits_for_dma(void **state)
+{
+	enum { LEN = 1 << 20 };
+	struct cw_shared sh = { .len = LEN };
+	struct pdma_domain_attr da;
+	unsigned char *buf = malloc(LEN), *src = malloc(LEN);
+	const int n = rounds(100);
+	pthread_t th[2];
+	struct cw_thread ct[2] = { { &sh, 0 }, { &sh, LEN / 2 } };
+	long late = 0;
+
+	(void)state;
+	assert_non_null(buf);
+	assert_non_null(src);
+	memset(src, 0x5a, LEN);
+	sh.src = src;
+	pdma_domain_attr_init(&da);
+	da.mr_mode &= ~PDMA_MR_VIRT_ADDR; /* offset 0: the writers need no address */
+	assert_int_equal(pdma_domain_open(&da, &sh.d), 0);
+	for (int t = 0; t < 2; t++)
+		assert_int_equal(pthread_create(&th[t], NULL, cw_writer, &ct[t]), 0);
+	for (int i = 0; i < n; i++) {
+		struct pdma_mr *m;
+		long ok0 = atomic_load(&sh.ok);
+
+		assert_int_equal(pdma_mr_reg(sh.d, buf, LEN, RW, 0, 0, 0, &m, NULL), 0);
+		atomic_store(&sh.key, pdma_mr_key(m));
+		wait_for(&sh.ok, ok0); /* a write went through: more are in flight */
+		assert_int_equal(pdma_mr_close(m), 0);
+		memset(buf, 0, LEN);
+		/* The writers move on to the dead key: one refusal each at least,
+		 * so any copy begun before the close had time to land. */
+		long r0 = atomic_load(&sh.refused);
+		wait_for(&sh.refused, r0);
+		wait_for(&sh.refused, r0 + 1);
+		for (size_t b = 0; b < LEN; b += 64)
+			late += buf[b] != 0;
+	}
+	atomic_store(&sh.stop, true);
+	for (int t = 0; t < 2; t++)
+		pthread_join(th[t], NULL);
+	assert_int_equal(late, 0);
+	assert_true(atomic_load(&sh.ok) > 0);
+	assert_true(atomic_load(&sh.refused) > 0);
+	assert_int_equal(pdma_domain_close(sh.d), 0);
+	free(buf);
+	free(src);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -378,6 +467,7 @@ int main(void)
 		cmocka_unit_test(test_eq_handle_before_event),
 		cmocka_unit_test(test_parallel_registration),
 		cmocka_unit_test(test_provider_keys_parallel),
+		cmocka_unit_test(test_close_waits_for_dma),
 	};
 
 	return cmocka_run_group_tests_name("mr_mt", tests, NULL, NULL);
