@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* Domains, counters and endpoints (the objects MRs bind to), log routing. */
 #include <errno.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,13 +112,6 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 err:
 	domain_free(d);
 	return ret;
-}
-
-void pdma_dom_quiesce(struct pdma_domain *d)
-{
-	/* Accesses move bytes for microseconds at most: yield, not sleep. */
-	while (atomic_load_explicit(&d->busy, memory_order_acquire))
-		sched_yield();
 }
 
 int pdma_domain_close(struct pdma_domain *d)
