@@ -7,9 +7,11 @@
  * pdma_mr_dma) resolves its key under it and counts itself in d->busy before
  * dropping it, then moves its bytes without it, holding the MR's regions
  * through their quiesce locks (pdma_dom_access_begin/_end). What takes an MR
- * away from a device (close, refresh, unmapping a key, binding what an
- * access reads) first waits, under the lock, until no access is in flight
- * (pdma_dom_quiesce): none can start meanwhile, they start under the lock.
+ * away from a device (close, refresh, unmapping a key, fork) first waits,
+ * under the lock, until no access is in flight (pdma_dom_quiesce): none can
+ * start meanwhile, they start under the lock. Binding a counter needs no
+ * wait: an access reads it only once the MR is enabled, and binding an
+ * enabled MR is refused.
  * Registration changes nothing an access in flight reads, and does not wait.
  * A cached registration takes the lock once and a close once, and nothing on
  * either path walks a table or calls malloc. Why not a rwlock, shared for

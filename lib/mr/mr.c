@@ -522,12 +522,14 @@ int pdma_mr_bind_cntr(struct pdma_mr *m, struct pdma_cntr *c, uint64_t flags)
 	if (flags != PDMA_REMOTE_WRITE_EVENTS)
 		return -EINVAL;
 	pthread_mutex_lock(&d->lock);
+	/* No wait for accesses in flight: one reads m->cntr only after it saw
+	 * the MR enabled (pdma_mr_access), and from then on bindings are
+	 * refused. */
 	if (atomic_load(&m->enabled))
 		ret = -EINVAL; /* bindings are fixed once enabled */
 	else if (m->cntr)
 		ret = -EBUSY;
 	else {
-		pdma_dom_quiesce(d); /* accesses read m->cntr without the lock */
 		m->cntr = c;
 		m->cntr_flags = flags;
 		atomic_fetch_add(&c->t.binds, 1);
@@ -552,8 +554,7 @@ int pdma_mr_bind_ep(struct pdma_mr *m, struct pdma_ep *ep, uint64_t flags)
 	else if (m->ep)
 		ret = -EBUSY;
 	else {
-		pdma_dom_quiesce(d);
-		m->ep = ep;
+		m->ep = ep; /* no access reads it */
 		atomic_fetch_add(&ep->t.binds, 1);
 	}
 	pthread_mutex_unlock(&d->lock);
