@@ -163,6 +163,16 @@ static int cachex_open(struct cachex *x, enum kind kind, size_t max_regions,
 	}
 }
 
+/* The benchmark cannot run without its caches: exit, saying which. */
+static void cachex_open_or_exit(struct cachex *x, enum kind kind, size_t max_regions,
+				struct pdma_sim *sim)
+{
+	if (cachex_open(x, kind, max_regions, sim)) {
+		fprintf(stderr, "cannot open the %s cache\n", kind == K_PDMA ? "peerdma" : "UCX");
+		exit(1);
+	}
+}
+
 static void cachex_close(struct cachex *x)
 {
 	if (x->kind == K_PDMA)
@@ -358,10 +368,7 @@ static void bench_hits(size_t nregions, int maxthreads, int reps, size_t ops, vo
 	uint64_t base = (uint64_t)(uintptr_t)mem;
 
 	for (int k = 0; k < 2; k++) {
-		if (cachex_open(&x[k], (enum kind)k, nregions + 64, NULL)) {
-			fprintf(stderr, "cannot open the %s cache\n", k ? "UCX" : "peerdma");
-			exit(1);
-		}
+		cachex_open_or_exit(&x[k], (enum kind)k, nregions + 64, NULL);
 		for (size_t i = 0; i < nregions; i++) {
 			int ret = k == K_PDMA ? op_pdma(&x[k], base + i * STRIDE, HPG)
 					      : op_ucx(&x[k], base + i * STRIDE, HPG);
@@ -457,20 +464,14 @@ static void bench_miss(bool sim_backend, bool warm, int reps, size_t ops, void *
 			struct cachex x;
 			struct result r;
 
-			if (cachex_open(&x, (enum kind)kk, 2 * ops + 1024, sim)) {
-				fprintf(stderr, "cannot open cache\n");
-				exit(1);
-			}
+			cachex_open_or_exit(&x, (enum kind)kk, 2 * ops + 1024, sim);
 			if (warm) {
 				run_threads(&x, P_MISS, base, stride, len, ops, ops, 1, 1, 0);
 				if (kk == K_PDMA) {
 					pdma_cache_flush(x.pc);
 				} else {
 					cachex_close(&x);
-					if (cachex_open(&x, (enum kind)kk, 2 * ops + 1024, sim)) {
-						fprintf(stderr, "cannot open cache\n");
-						exit(1);
-					}
+					cachex_open_or_exit(&x, (enum kind)kk, 2 * ops + 1024, sim);
 				}
 			}
 			r = run_threads(&x, P_MISS, base, stride, len, ops, ops, 1, 1, 0);
