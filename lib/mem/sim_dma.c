@@ -160,7 +160,7 @@ static int rma(struct pdma_domain *d, void *buf, size_t len, void *desc, uint64_
 		return -EINVAL;
 	if (!desc)
 		ret = local_begin(d, buf, len, NULL, local_access, &l);
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	if (!ret && desc)
 		ret = local_begin(d, buf, len, desc, local_access, &l);
 	if (!ret) {
@@ -169,7 +169,7 @@ static int rma(struct pdma_domain *d, void *buf, size_t len, void *desc, uint64_
 		pdma_dom_access_begin(d);
 		in_flight = true;
 	}
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	if (!ret)
 		ret = m ? pdma_mr_access(d, m, addr, len,
 					 write ? PDMA_REMOTE_WRITE : PDMA_REMOTE_READ, copy_piece,

@@ -39,7 +39,6 @@ static void domain_free(struct pdma_domain *d)
 	pdma_idmap_fini(&d->keys);
 	pdma_idmap_fini(&d->descs);
 	pthread_mutex_destroy(&d->cuda_lock);
-	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
 
@@ -69,7 +68,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 		d->attr.raw_key_size = PDMA_RAW_KEY_MIN;
 	d->key_mask = d->attr.mr_key_size == 8 ? UINT64_MAX
 					       : (1ull << (8 * d->attr.mr_key_size)) - 1;
-	pthread_mutex_init(&d->lock, NULL);
+	atomic_init(&d->lock, 0);
 	pthread_mutex_init(&d->cuda_lock, NULL);
 	pdma_rand_init(&d->rand);
 	pdma_fork_init(); /* before any pin: children must know inherited pins */
@@ -118,12 +117,12 @@ int pdma_domain_close(struct pdma_domain *d)
 {
 	if (!d)
 		return -EINVAL;
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	if (d->n_mr || d->n_cntr || d->n_ep || d->eq || d->keys.n) {
-		pthread_mutex_unlock(&d->lock);
+		pdma_dom_unlock(d);
 		return -EBUSY;
 	}
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	pdma_fork_list_del(&pdma_fork_domains, &d->fork_node);
 	domain_free(d);
 	return 0;
@@ -181,9 +180,9 @@ static void *target_open(struct pdma_domain *d, size_t size, size_t *count)
 	if (!t)
 		return NULL;
 	t->dom = d;
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	(*count)++;
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	return t;
 }
 
@@ -194,11 +193,11 @@ static int target_close(struct pdma_bind_target *t, size_t *count)
 
 	if (atomic_load(&t->closed))
 		return -EINVAL;
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	atomic_store(&t->closed, true);
 	last = atomic_load(&t->binds) == 0;
 	(*count)--;
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	if (last)
 		free(t);
 	return 0;

@@ -2,16 +2,16 @@
 /*
  * Internal definitions shared by the domain, MR, key, EQ and bind code.
  *
- * Locking: the domain's lock (a mutex) protects the key and descriptor
- * tables, the MR pool and the object counts. A device access (sim DMA,
- * pdma_mr_dma) resolves its key under it and counts itself in d->busy before
- * dropping it, then moves its bytes without it, holding the MR's regions
- * through their quiesce locks (pdma_dom_access_begin/_end). What takes an MR
- * away from a device (close, refresh, unmapping a key, fork) first waits,
- * under the lock, until no access is in flight (pdma_dom_quiesce): none can
- * start meanwhile, they start under the lock. Binding a counter needs no
- * wait: an access reads it only once the MR is enabled, and binding an
- * enabled MR is refused.
+ * Locking: the domain's lock (pdma_dom_lock, below) protects the key and
+ * descriptor tables, the MR pool and the object counts. A device access (sim
+ * DMA, pdma_mr_dma) resolves its key under it and counts itself in d->busy
+ * before dropping it, then moves its bytes without it, holding the MR's
+ * regions through their quiesce locks (pdma_dom_access_begin/_end). What
+ * takes an MR away from a device (close, refresh, unmapping a key, fork)
+ * first waits, under the lock, until no access is in flight
+ * (pdma_dom_quiesce): none can start meanwhile, they start under the lock.
+ * Binding a counter needs no wait: an access reads it only once the MR is
+ * enabled, and binding an enabled MR is refused.
  * Registration changes nothing an access in flight reads, and does not wait.
  * A cached registration takes the lock once and a close once, and nothing on
  * either path walks a table or calls malloc. Why not a rwlock, shared for
@@ -24,6 +24,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/single_threaded.h>
 #include <sys/types.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -166,7 +167,7 @@ struct pdma_domain {
 	struct pdma_domain_attr attr;
 	struct pdma_rand_pool rand;
 	uint64_t key_mask;           /* keys must fit in mr_key_size bytes */
-	pthread_mutex_t lock;
+	atomic_int lock;             /* pdma_dom_lock(): 1 while held */
 	atomic_size_t busy;          /* device accesses in flight (see Locking above) */
 	struct pdma_idmap keys;      /* live keys, own and mapped -> pdma_key_entry */
 	struct pdma_idmap descs;     /* live MRs by desc_id */
@@ -182,6 +183,54 @@ struct pdma_domain {
 	void *log_arg;
 	struct pdma_fork_node fork_node; /* on pdma_fork_domains while open */
 };
+
+/*
+ * The domain lock: a test-and-set lock, whose release is a plain store.
+ * Why not a mutex: glibc's unlock is an atomic exchange too (it must see
+ * whether a waiter sleeps), and each atomic costs 9.5 ns on the H100
+ * machine's host; a cached reg+close takes the lock twice, so a mutex there
+ * is four atomics against two (bench/results/round2d-h100.txt). In a process
+ * with a single thread (__libc_single_threaded, which glibc's own locks
+ * consult the same way) no other thread can hold it, and taking it is a
+ * store. Critical sections are short (table operations), except a close
+ * waiting for the accesses in flight (microseconds): a waiter spins a little,
+ * then yields the CPU, so that a holder that was preempted gets to run.
+ * Inline, for the same reason as pdma_dom_quiesce below.
+ */
+static inline void pdma_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+static __attribute__((noinline)) void pdma_dom_lock_wait(struct pdma_domain *d)
+{
+	for (unsigned int spins = 0;; spins++) {
+		if (!atomic_load_explicit(&d->lock, memory_order_relaxed) &&
+		    !atomic_exchange_explicit(&d->lock, 1, memory_order_acquire))
+			return;
+		if (spins < 64)
+			pdma_cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+static inline void pdma_dom_lock(struct pdma_domain *d)
+{
+	if (__libc_single_threaded)
+		atomic_store_explicit(&d->lock, 1, memory_order_relaxed);
+	else if (atomic_exchange_explicit(&d->lock, 1, memory_order_acquire))
+		pdma_dom_lock_wait(d);
+}
+
+static inline void pdma_dom_unlock(struct pdma_domain *d)
+{
+	atomic_store_explicit(&d->lock, 0, memory_order_release);
+}
 
 /* A device access: begin with the domain lock held, after its key (and
  * descriptor) resolved; end without it, when its last byte moved. */
@@ -216,6 +265,8 @@ void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
 int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key);
 int pdma_key_draw(struct pdma_domain *d, uint64_t *key);
 struct pdma_mr *pdma_key_lookup(struct pdma_domain *d, uint64_t key);
+/* key.c: a new descriptor ID (never 0, never reused in the process). */
+uint64_t pdma_desc_id_new(void);
 void pdma_rand_init(struct pdma_rand_pool *p);
 void pdma_rand_fini(struct pdma_rand_pool *p);
 int pdma_random_bytes(struct pdma_rand_pool *p, void *buf, size_t len);

@@ -42,7 +42,7 @@ int pdma_domain_bind_eq(struct pdma_domain *d, struct pdma_eq *eq, uint64_t flag
 	if (!d || !eq || eq->dom != d || !flags ||
 	    (flags & ~(PDMA_REG_MR | PDMA_MR_REVOKE_EVENTS)))
 		return -EINVAL;
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	if (d->eq)
 		ret = -EBUSY;
 	else {
@@ -53,7 +53,7 @@ int pdma_domain_bind_eq(struct pdma_domain *d, struct pdma_eq *eq, uint64_t flag
 		if (flags & PDMA_MR_REVOKE_EVENTS)
 			pdma_mr_watch_all(d);
 	}
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	return ret;
 }
 
@@ -145,18 +145,18 @@ int pdma_eq_close(struct pdma_eq *eq)
 	if (!eq)
 		return -EINVAL;
 	d = eq->dom;
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	pthread_mutex_lock(&eq->lock);
 	if (d->eq == eq && (d->n_mr || eq->reserved)) {
 		/* Registrations may still post to it. */
 		pthread_mutex_unlock(&eq->lock);
-		pthread_mutex_unlock(&d->lock);
+		pdma_dom_unlock(d);
 		return -EBUSY;
 	}
 	pthread_mutex_unlock(&eq->lock);
 	if (d->eq == eq)
 		__atomic_store_n(&d->eq, NULL, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	pthread_cond_destroy(&eq->cond);
 	pthread_mutex_destroy(&eq->lock);
 	free(eq->ring);

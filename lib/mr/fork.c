@@ -63,24 +63,21 @@ static void domains_prepare(void)
 	for (struct pdma_fork_node *n = pdma_fork_domains.head; n; n = n->next) {
 		struct pdma_domain *d = domain_of(n);
 
-		pthread_mutex_lock(&d->lock);
+		pdma_dom_lock(d);
 		pdma_dom_quiesce(d); /* no access in flight: the child has none */
 		pthread_mutex_lock(&d->rand.lock);
 	}
 }
 
-/* child: the lock, ours alone there, is made anew rather than unlocked by a
- * thread that did not lock it. */
-static void domains_release(bool child)
+/* Parent and child alike: the domain lock has no owner to check (domain.h),
+ * and in the child no other thread exists to hold it. */
+static void domains_release(void)
 {
 	for (struct pdma_fork_node *n = pdma_fork_domains.head; n; n = n->next) {
 		struct pdma_domain *d = domain_of(n);
 
 		pthread_mutex_unlock(&d->rand.lock);
-		if (child)
-			pthread_mutex_init(&d->lock, NULL);
-		else
-			pthread_mutex_unlock(&d->lock);
+		pdma_dom_unlock(d);
 	}
 	pthread_mutex_unlock(&pdma_fork_domains.lock);
 }
@@ -95,7 +92,7 @@ static void fork_prepare(void)
 
 static void fork_parent(void)
 {
-	domains_release(false);
+	domains_release();
 	pdma_cache_fork_parent();
 	pdma_monitor_fork_parent();
 	pdma_uffd_fork_parent();
@@ -104,7 +101,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
 	atomic_fetch_add(&fork_gen, 1);
-	domains_release(true);
+	domains_release();
 	pdma_cache_fork_child();
 	pdma_monitor_fork_child();
 	pdma_uffd_fork_child();

@@ -136,6 +136,7 @@ static bool rand_tls_key_ok;
 static __thread struct {
 	struct pdma_rand_page *pg;
 	bool tried;
+	uint64_t desc_next, desc_end; /* pdma_desc_id_new's block */
 } rand_tls;
 
 static void rand_tls_exit(void *pg)
@@ -200,6 +201,31 @@ int pdma_random_bytes(struct pdma_rand_pool *p, void *buf, size_t len)
 	ret = rand_page_draw(pg, buf, len);
 	pthread_mutex_unlock(&p->lock);
 	return ret;
+}
+
+/*
+ * Descriptor IDs are unique in the process, not just the domain, so a desc
+ * handed to the wrong domain can never name one of its MRs; they are never
+ * reused. Each thread takes them a block at a time from the process-wide
+ * count, in the thread-local object above: one shared atomic per DESC_BLOCK
+ * registrations instead of each (a lock xadd on a line every registering
+ * thread writes, 9.5 ns on the H100 machine's host alone). IDs then do not
+ * follow the order of registration across threads; nothing needs them to. A
+ * forked child goes on with its parent's block: another process, whose
+ * descriptors never meet the parent's.
+ */
+#define DESC_BLOCK 1024
+static atomic_uint_fast64_t desc_ids;
+
+uint64_t pdma_desc_id_new(void)
+{
+	if (rand_tls.desc_next == rand_tls.desc_end) {
+		/* 0 is no descriptor: the first block starts at 1 */
+		rand_tls.desc_next = atomic_fetch_add_explicit(&desc_ids, DESC_BLOCK,
+							       memory_order_relaxed) + 1;
+		rand_tls.desc_end = rand_tls.desc_next + DESC_BLOCK;
+	}
+	return rand_tls.desc_next++;
 }
 
 /*

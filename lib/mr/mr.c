@@ -17,10 +17,6 @@
 #include "cache/cache.h"
 #include "mr/domain.h"
 
-/* Descriptor IDs are unique in the process, not just the domain, so a desc
- * handed to the wrong domain can never name one of its MRs. */
-static atomic_uint_fast64_t desc_ids;
-
 /* Segments remember whether their region came from the cache. */
 #define SEG_CACHED(r) ((r)->owner != NULL)
 
@@ -172,13 +168,13 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	if (prov && attr->requested_key)
 		return -EKEYREJECTED; /* pdma_key_new's rule, without the lock */
 	if (!prov || __atomic_load_n(&d->eq, __ATOMIC_ACQUIRE)) {
-		pthread_mutex_lock(&d->lock);
+		pdma_dom_lock(d);
 		if (!prov)
 			ret = pdma_key_new(d, attr->requested_key, &key);
 		eq = d->eq && (d->eq->flags & PDMA_REG_MR) ? d->eq : NULL;
 		if (!ret && eq)
 			ret = pdma_eq_reserve(eq);
-		pthread_mutex_unlock(&d->lock);
+		pdma_dom_unlock(d);
 		if (ret)
 			return ret;
 	}
@@ -200,7 +196,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	if (ret)
 		goto err_regs;
 
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	if (!eq && d->eq && (d->eq->flags & PDMA_REG_MR)) {
 		/* Bound since the check above: this registration completes after
 		 * the bind, so it owes the EQ its event. */
@@ -251,7 +247,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 		 * bound later watches the open MRs then (pdma_mr_watch_all). */
 		watch = d->eq && (d->eq->flags & PDMA_MR_REVOKE_EVENTS);
 		m->watched = watch;
-		m->desc_id = atomic_fetch_add(&desc_ids, 1) + 1;
+		m->desc_id = pdma_desc_id_new();
 		ret = pdma_idmap_insert(&d->keys, key, &m->own_key);
 		if (!ret) {
 			ret = pdma_idmap_insert(&d->descs, m->desc_id, m);
@@ -263,7 +259,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	}
 	if (!ret)
 		d->n_mr++;
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	if (ret)
 		goto err_regs;
 
@@ -335,10 +331,10 @@ int pdma_mr_close(struct pdma_mr *m)
 	if (!m)
 		return -EINVAL;
 	d = m->dom;
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	if ((m->cntr && !atomic_load(&m->cntr->t.closed)) ||
 	    (m->ep && !atomic_load(&m->ep->t.closed))) {
-		pthread_mutex_unlock(&d->lock);
+		pdma_dom_unlock(d);
 		return -EBUSY;
 	}
 	/* Once the accesses in flight are done none is (they start under the
@@ -363,7 +359,7 @@ int pdma_mr_close(struct pdma_mr *m)
 	for (size_t i = 0; i < nsegs; i++)
 		regs[i] = m->segs[i].region;
 	pooled = mr_put(d, m);
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	if (!pooled)
 		free(m);
 	for (size_t i = 0; i < nsegs; i++)
@@ -442,7 +438,7 @@ int pdma_mr_map_raw(struct pdma_domain *d, uint64_t base_addr, const uint8_t *ra
 	e = malloc(sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	m = pdma_key_lookup(d, k);
 	if (!m || m->own_key.key != k) {
 		ret = -ENOKEY;
@@ -472,10 +468,10 @@ int pdma_mr_map_raw(struct pdma_domain *d, uint64_t base_addr, const uint8_t *ra
 	e->next_alias = m->aliases; /* pdma_mr_close drops it with the MR */
 	m->aliases = e;
 	*key = e->key;
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	return 0;
 out:
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	free(e);
 	return ret;
 }
@@ -488,10 +484,10 @@ int pdma_mr_unmap_key(struct pdma_domain *d, uint64_t key)
 		return -EINVAL;
 	if (!(d->attr.mr_mode & PDMA_MR_RAW))
 		return -ENOSYS;
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	e = pdma_idmap_find(&d->keys, key);
 	if (!e || !e->mapped) {
-		pthread_mutex_unlock(&d->lock);
+		pdma_dom_unlock(d);
 		return e ? -EINVAL : -ENOKEY;
 	}
 	pdma_dom_quiesce(d); /* no access through the key outlives the call */
@@ -499,7 +495,7 @@ int pdma_mr_unmap_key(struct pdma_domain *d, uint64_t key)
 	for (p = &e->mr->aliases; *p != e; p = &(*p)->next_alias)
 		;
 	*p = e->next_alias;
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	free(e);
 	return 0;
 }
@@ -521,7 +517,7 @@ int pdma_mr_bind_cntr(struct pdma_mr *m, struct pdma_cntr *c, uint64_t flags)
 		return -EOPNOTSUPP;
 	if (flags != PDMA_REMOTE_WRITE_EVENTS)
 		return -EINVAL;
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	/* No wait for accesses in flight: one reads m->cntr only after it saw
 	 * the MR enabled (pdma_mr_access), and from then on bindings are
 	 * refused. */
@@ -534,7 +530,7 @@ int pdma_mr_bind_cntr(struct pdma_mr *m, struct pdma_cntr *c, uint64_t flags)
 		m->cntr_flags = flags;
 		atomic_fetch_add(&c->t.binds, 1);
 	}
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	return ret;
 }
 
@@ -548,7 +544,7 @@ int pdma_mr_bind_ep(struct pdma_mr *m, struct pdma_ep *ep, uint64_t flags)
 	d = m->dom;
 	if (!(d->attr.mr_mode & PDMA_MR_ENDPOINT))
 		return -EOPNOTSUPP;
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	if (atomic_load(&m->enabled))
 		ret = -EINVAL;
 	else if (m->ep)
@@ -557,7 +553,7 @@ int pdma_mr_bind_ep(struct pdma_mr *m, struct pdma_ep *ep, uint64_t flags)
 		m->ep = ep; /* no access reads it */
 		atomic_fetch_add(&ep->t.binds, 1);
 	}
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	return ret;
 }
 
@@ -571,12 +567,12 @@ int pdma_mr_enable(struct pdma_mr *m)
 	d = m->dom;
 	if (!needs_enable(d))
 		return 0; /* MRs of this domain are enabled at registration */
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	if ((d->attr.mr_mode & PDMA_MR_ENDPOINT) && !m->ep)
 		ret = -EINVAL; /* an endpoint MR must be bound before enable */
 	else
 		atomic_store(&m->enabled, true);
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	return ret;
 }
 
@@ -618,7 +614,7 @@ int pdma_mr_refresh(struct pdma_mr *m, const struct iovec *iov, size_t count, ui
 			return ret;
 		}
 	}
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	pdma_dom_quiesce(d); /* accesses in flight read the old regions */
 	for (size_t j = 0; j < m->nsegs; j++) {
 		if (fresh[j]) {
@@ -632,7 +628,7 @@ int pdma_mr_refresh(struct pdma_mr *m, const struct iovec *iov, size_t count, ui
 			fresh[j] = old;
 		}
 	}
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	for (size_t j = 0; j < m->nsegs; j++)
 		region_release(d, fresh[j]);
 	return 0;
@@ -700,11 +696,11 @@ int pdma_key_access(struct pdma_domain *d, uint64_t key, uint64_t addr, size_t l
 	struct pdma_mr *m;
 	int ret;
 
-	pthread_mutex_lock(&d->lock);
+	pdma_dom_lock(d);
 	m = pdma_key_lookup(d, key);
 	if (m)
 		pdma_dom_access_begin(d);
-	pthread_mutex_unlock(&d->lock);
+	pdma_dom_unlock(d);
 	if (!m)
 		return -ENOKEY;
 	ret = pdma_mr_access(d, m, addr, len, access, fn, arg);

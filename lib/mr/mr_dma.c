@@ -70,10 +70,10 @@ static struct pdma_region *seg_get(const struct pdma_mr *m, size_t i)
 {
 	struct pdma_region *r;
 
-	pthread_mutex_lock(&m->dom->lock);
+	pdma_dom_lock(m->dom);
 	r = m->segs[i].region;
 	pdma_dom_access_begin(m->dom);
-	pthread_mutex_unlock(&m->dom->lock);
+	pdma_dom_unlock(m->dom);
 	return r;
 }
 

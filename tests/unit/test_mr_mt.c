@@ -459,6 +459,78 @@ static void test_close_waits_for_dma(void **state)
 	free(src);
 }
 
+/*
+ * Descriptors stay unique across threads: each thread takes its IDs a block
+ * of 1024 at a time (lib/mr/key.c). Four threads each hold 1100 MRs open at
+ * once, so each crosses into a second block while the others draw theirs;
+ * no descriptor may be NULL or repeat another, in any thread.
+ */
+enum { DU_THREADS = 4, DU_MRS = 1100 };
+
+struct du_thread {
+	struct pdma_domain *d;
+	char *buf;
+	struct pdma_mr *mrs[DU_MRS];
+	uintptr_t descs[DU_MRS];
+	int errors;
+};
+
+static void *du_main(void *arg)
+{
+	struct du_thread *t = arg;
+
+	for (int i = 0; i < DU_MRS; i++) {
+		if (pdma_mr_reg(t->d, t->buf, 4096, RW, 0, 0, 0, &t->mrs[i], NULL)) {
+			t->errors++;
+			t->mrs[i] = NULL;
+			continue;
+		}
+		t->descs[i] = (uintptr_t)pdma_mr_desc(t->mrs[i]);
+	}
+	return NULL;
+}
+
+static int cmp_uptr(const void *a, const void *b)
+{
+	uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void test_desc_unique_across_threads(void **state)
+{
+	static struct du_thread t[DU_THREADS];
+	static char bufs[DU_THREADS][4096] __attribute__((aligned(4096)));
+	static uintptr_t all[DU_THREADS * DU_MRS];
+	struct pdma_domain_attr da;
+	struct pdma_domain *d;
+	pthread_t th[DU_THREADS];
+	size_t n = 0;
+
+	(void)state;
+	pdma_domain_attr_init(&da);
+	da.use_cache = 1; /* the same buffer again and again: cache hits */
+	assert_int_equal(pdma_domain_open(&da, &d), 0);
+	for (int i = 0; i < DU_THREADS; i++) {
+		t[i] = (struct du_thread){ .d = d, .buf = bufs[i] };
+		assert_int_equal(pthread_create(&th[i], NULL, du_main, &t[i]), 0);
+	}
+	for (int i = 0; i < DU_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(t[i].errors, 0);
+		for (int j = 0; j < DU_MRS; j++)
+			all[n++] = t[i].descs[j];
+	}
+	qsort(all, n, sizeof(all[0]), cmp_uptr);
+	assert_true(all[0] != 0);
+	for (size_t i = 1; i < n; i++)
+		assert_true(all[i] != all[i - 1]);
+	for (int i = 0; i < DU_THREADS; i++)
+		for (int j = 0; j < DU_MRS; j++)
+			assert_int_equal(pdma_mr_close(t[i].mrs[j]), 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -468,6 +540,7 @@ int main(void)
 		cmocka_unit_test(test_parallel_registration),
 		cmocka_unit_test(test_provider_keys_parallel),
 		cmocka_unit_test(test_close_waits_for_dma),
+		cmocka_unit_test(test_desc_unique_across_threads),
 	};
 
 	return cmocka_run_group_tests_name("mr_mt", tests, NULL, NULL);
