@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
