@@ -76,7 +76,8 @@ struct pdma_idmap {
 	size_t n;                     /* used slots, at most half of them */
 };
 void *pdma_idmap_find(const struct pdma_idmap *t, uint64_t id);
-/* id must not be in t. -ENOMEM when the table had to grow and could not. */
+/* -EEXIST when id is in t already (its entries unchanged); -ENOMEM when the
+ * table had to grow and could not. */
 int pdma_idmap_insert(struct pdma_idmap *t, uint64_t id, void *val);
 /* Removes id (no-op when absent); returns its value or NULL. */
 void *pdma_idmap_remove(struct pdma_idmap *t, uint64_t id);

@@ -161,7 +161,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 	 * with no EQ bound needs neither, and skips this lock (a cached
 	 * registration then takes the domain lock once): its key is drawn after
 	 * the pins, without the domain lock (random pages need none), and
-	 * checked against the live keys once, under the lock below.
+	 * checked against the live keys by its insert, under the lock below.
 	 * An EQ bound meanwhile is caught there too. d->eq is only compared
 	 * with NULL here, never followed: the EQ may be closing. */
 	prov = d->attr.mr_mode & PDMA_MR_PROV_KEY;
@@ -204,12 +204,6 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 		if (!ret)
 			eq = d->eq;
 	}
-	if (!ret && pdma_idmap_find(&d->keys, key)) {
-		if (prov) /* the drawn key is live (tiny key sizes): draw again */
-			ret = pdma_key_new(d, 0, &key);
-		else
-			ret = -ENOKEY; /* lost a race for the same requested key */
-	}
 	if (!ret) {
 		m = mr_get(d, npinned);
 		if (!m)
@@ -249,6 +243,14 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 		m->watched = watch;
 		m->desc_id = pdma_desc_id_new();
 		ret = pdma_idmap_insert(&d->keys, key, &m->own_key);
+		if (ret == -EEXIST) {
+			/* The key is live: a drawn one (tiny key sizes) is drawn
+			 * again; a requested one lost a race for it. */
+			ret = prov ? pdma_key_new(d, 0, &key) : -ENOKEY;
+			m->own_key.key = key;
+			if (!ret)
+				ret = pdma_idmap_insert(&d->keys, key, &m->own_key);
+		}
 		if (!ret) {
 			ret = pdma_idmap_insert(&d->descs, m->desc_id, m);
 			if (ret)

@@ -95,6 +95,43 @@ static void test_provider_keys(void **state)
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 
+/* One-byte provider keys: 255 usable values (0 is no key), so
+ * with 120 MRs open nearly half the draws hit a live key and are drawn again
+ * (the key table's insert refuses them). Every MR still gets a key of its
+ * own, and a closed MR's key is free for the next. */
+static void test_provider_keys_tiny(void **state)
+{
+	enum { N = 120 };
+	struct pdma_domain_attr a;
+	struct pdma_domain *d;
+	static char buf[4096];
+	struct pdma_mr *m[N];
+	bool seen[256] = { false };
+
+	(void)state;
+	pdma_domain_attr_init(&a);
+	a.mr_mode = PDMA_MR_PROV_KEY;
+	a.mr_key_size = 1;
+	assert_int_equal(pdma_domain_open(&a, &d), 0);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < N; i++) {
+			uint64_t k;
+
+			assert_int_equal(pdma_mr_reg(d, buf, 64, RW, 0, 0, 0, &m[i], NULL), 0);
+			k = pdma_mr_key(m[i]);
+			assert_true(k >= 1 && k <= 0xff);
+			assert_false(seen[k]);
+			seen[k] = true;
+			assert_ptr_equal(pdma_key_lookup(d, k), m[i]);
+		}
+		for (int i = 0; i < N; i++) {
+			seen[pdma_mr_key(m[i])] = false;
+			assert_int_equal(pdma_mr_close(m[i]), 0);
+		}
+	}
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
 /* Keys come from a pool of random bytes: a forked child must not draw the
  * bytes its parent draws next (it would hand out the parent's keys). */
 static void test_provider_keys_fork(void **state)
@@ -321,6 +358,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_requested_keys),
 		cmocka_unit_test(test_provider_keys),
+		cmocka_unit_test(test_provider_keys_tiny),
 		cmocka_unit_test(test_provider_keys_fork),
 		cmocka_unit_test(test_raw_keys),
 		cmocka_unit_test(test_dead_key_after_reuse),

@@ -205,7 +205,13 @@ static void test_truncated(void **state)
 }
 
 /* A stalled consumer and a small socket buffer: the kernel drops, and its
- * count accounts exactly for what never arrived. */
+ * count accounts exactly for what never arrived. The ring does not always
+ * fill while the datagrams are sent: on a loaded machine the receive thread
+ * may run too late to take 64 of them, and then the socket buffer held or
+ * the kernel dropped the rest. So the drain ends when every datagram sent
+ * is either consumed or counted as dropped (the receive thread refreshes the
+ * count whenever the socket has been quiet for 20 ms), not after a quiet
+ * time of its own, which a descheduled receive thread outlasts. */
 static void test_drops_counted(void **state)
 {
 	struct rx x;
@@ -215,14 +221,13 @@ static void test_drops_counted(void **state)
 		skip();
 	for (uint32_t k = 0; k < sent; k++)
 		send_dg(&x, k, 200);
-	assert_int_equal(wait_head(&x, 64, 2000), 64);
+	assert_true(atomic_load(&x.ring.head) <= 64); /* never past the consumer */
 	/* Drain: numbers rise strictly (order kept across the drops). */
 	uint64_t i = 0;
 	uint32_t last = 0;
-	for (;;) {
-		uint64_t h = wait_head(&x, i + 1, 200);
-		if (h <= i)
-			break;
+	for (int ms = 0; i + atomic_load(&x.st.socket_drops) < sent; ms++) {
+		uint64_t h = wait_head(&x, i + 1, 1);
+		assert_true(ms < 20000); /* 20 s: the receive thread stopped */
 		for (; i < h; i++) {
 			uint32_t n;
 			memcpy(&n, pdma_ring_slot(&x.ring, i) + PDMA_SLOT_HDR, 4);
