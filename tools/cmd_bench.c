@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +28,7 @@
 #include "cache/cache.h"
 #include "mem/mem.h"
 #include "mem/sim.h"
+#include "mr/domain.h"
 #include "opt.h"
 
 #define RW (PDMA_READ | PDMA_WRITE | PDMA_REMOTE_READ | PDMA_REMOTE_WRITE)
@@ -162,24 +162,23 @@ static void monitor_row(json_t *rows, const char *kind, const char *asked, const
 					      ceiling_ns, "domain_locks_ns", locks_ns));
 }
 
-/* What the locking of a cached reg+close costs on this machine, uncontended:
- * the domain's lock taken and released twice, once in pdma_mr_regattr and
- * once in pdma_mr_close, as lib/mr/domain.h's pdma_dom_lock does it in a
- * process with threads (an atomic exchange, and a store to release), on a
- * lock of its own. With the hit alone it is the floor of a registration that
- * makes its key visible to devices under the domain lock. Mean ns of n. */
-static double domain_locks_ns(int n)
+/* What the locking of a cached reg+close costs in this process: the domain
+ * lock of d (lib/mr/domain.h) taken and released twice, as pdma_mr_regattr
+ * and pdma_mr_close each take it once, uncontended. In a process that never
+ * had a second thread the lock is a plain store; this one has had the
+ * userfaultfd monitor's thread wherever that monitor runs (its row comes
+ * first), and then pays the atomic exchange every threaded program pays.
+ * With the hit alone it is the floor of a registration that makes its key
+ * visible to devices under the domain lock. Mean ns of n. */
+static double domain_locks_ns(struct pdma_domain *d, int n)
 {
-	atomic_int l = 0;
 	double t0 = now_ns();
 
 	for (int i = 0; i < n; i++) {
-		while (atomic_exchange_explicit(&l, 1, memory_order_acquire))
-			;
-		atomic_store_explicit(&l, 0, memory_order_release);
-		while (atomic_exchange_explicit(&l, 1, memory_order_acquire))
-			;
-		atomic_store_explicit(&l, 0, memory_order_release);
+		pdma_dom_lock(d);
+		pdma_dom_unlock(d);
+		pdma_dom_lock(d);
+		pdma_dom_unlock(d);
 	}
 	return (now_ns() - t0) / n;
 }
@@ -250,7 +249,7 @@ static int bench_reg_monitors(json_t *rows, int iters)
 		char **bufs = calloc((size_t)nmiss, sizeof(*bufs));
 		const struct pdma_mr_attr a = { .access = RW };
 		const char *runs;
-		double hit, miss;
+		double hit, miss, locks;
 
 		setenv("PEERDMA_MR_CACHE_MONITOR", mons[m], 1);
 		pdma_domain_attr_init(&da);
@@ -276,12 +275,13 @@ static int bench_reg_monitors(json_t *rows, int iters)
 			ret = reg_close_ns(d, &a, (void *const *)bufs, nmiss, len, nmiss, &miss);
 		if (!ret)
 			ret = reg_close_ns(d, &a, (void *const *)bufs, 1, len, iters, &hit);
+		locks = ret ? 0 : domain_locks_ns(d, iters);
 		pdma_domain_close(d);
 		if (!ret) {
 			/* hit: pdma_mr_regattr + pdma_mr_close of memory the cache
 			 * holds, next to the cache hit beneath it */
 			monitor_row(rows, "hit", mons[m], runs, len, hit,
-				    cache_hit_ns(bufs[0], len, iters), domain_locks_ns(iters));
+				    cache_hit_ns(bufs[0], len, iters), locks);
 			monitor_row(rows, "miss", mons[m], runs, len, miss, 0, 0);
 		}
 		for (int i = 0; i < nmiss; i++)
