@@ -345,44 +345,62 @@ struct pdma_mr *pdma_key_lookup(struct pdma_domain *d, uint64_t key)
 	return e ? e->mr : NULL;
 }
 
-/* pdma_random_bytes for the 8 bytes of a key, the common case inline. The
- * general draw is three calls deep (it ends in memcpy and sodium_memzero of
- * a variable length): a key cost about 10 ns through it on the development
- * VM, 3 ns here. The wipe is a plain store: the page outlives this call, so
- * no compiler may drop it as dead, and the barrier says so. */
-static int rand_u64(struct pdma_rand_pool *p, uint64_t *out)
+/* 8 bytes from this thread's page, inline; false where the general draw
+ * must serve (no page yet, a fresh or forked one, or one used up). That
+ * draw is three calls deep (it ends in memcpy and sodium_memzero of a
+ * variable length): a key cost about 10 ns through it on the development VM,
+ * 3 ns here. The wipe is a plain store: the page outlives this call, so no
+ * compiler may drop it as dead, and the barrier says so. */
+static inline bool rand_u64_fast(uint64_t *out)
 {
 	struct pdma_rand_page *pg = rand_tls.pg;
+	unsigned char *b;
+	uint64_t v;
 
-	if (pg && pg->filled && sizeof(pg->buf) - pg->pos >= sizeof(*out)) {
-		unsigned char *b = pg->buf + pg->pos;
-		uint64_t v;
-
-		memcpy(&v, b, sizeof(v));
-		memset(b, 0, sizeof(v));
-		__asm__ volatile("" : : "r"(b) : "memory");
-		pg->pos += sizeof(v);
-		*out = v;
-		return 0;
-	}
-	return pdma_random_bytes(p, out, sizeof(*out));
+	if (!pg || !pg->filled || sizeof(pg->buf) - pg->pos < sizeof(v))
+		return false;
+	b = pg->buf + pg->pos;
+	memcpy(&v, b, sizeof(v));
+	memset(b, 0, sizeof(v));
+	__asm__ volatile("" : : "r"(b) : "memory");
+	pg->pos += sizeof(v);
+	*out = v;
+	return true;
 }
 
-int pdma_key_draw(struct pdma_domain *d, uint64_t *key)
+static inline bool key_ok(const struct pdma_domain *d, uint64_t *k)
+{
+	*k &= d->key_mask;
+	return *k != PDMA_KEY_NOTAVAIL && *k != 0;
+}
+
+static __attribute__((noinline)) int key_draw_slow(struct pdma_domain *d, uint64_t *key)
 {
 	for (int tries = 0; tries < 64; tries++) {
 		uint64_t k;
-		int ret = rand_u64(&d->rand, &k);
+		int ret = rand_u64_fast(&k) ? 0 : pdma_random_bytes(&d->rand, &k, sizeof(k));
 
 		if (ret)
 			return ret;
-		k &= d->key_mask;
-		if (k != PDMA_KEY_NOTAVAIL && k != 0) {
+		if (key_ok(d, &k)) {
 			*key = k;
 			return 0;
 		}
 	}
 	return -ENOSPC; /* only 0 and all-ones drawn: a 1-byte key space, unlucky */
+}
+
+/* The first draw is nearly always a key: it alone is inline, so the common
+ * case pays neither the loop's frame nor a call. */
+int pdma_key_draw(struct pdma_domain *d, uint64_t *key)
+{
+	uint64_t k;
+
+	if (rand_u64_fast(&k) && key_ok(d, &k)) {
+		*key = k;
+		return 0;
+	}
+	return key_draw_slow(d, key);
 }
 
 int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key)

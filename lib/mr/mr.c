@@ -30,11 +30,11 @@ static void region_release(struct pdma_domain *d, struct pdma_region *r)
 		pdma_region_destroy(r);
 }
 
-/* Pin one iov entry: the pages of its allocation that it covers. dops/dbe:
- * the interface's default backend, already resolved by the caller, for the
- * cache lookup; NULL: do not use the cache. */
+/* Pin one iov entry: the pages of its allocation that it covers, after
+ * querying the memory (pdma_mr_regattr has tried pdma_cache_find first);
+ * through the domain's cache where it has one and cached is set. */
 static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device, uint64_t addr,
-		   size_t len, const struct pdma_mem_ops *dops, void *dbe, struct pdma_region **out)
+		   size_t len, bool cached, struct pdma_region **out)
 {
 	const struct pdma_mem_ops *ops;
 	struct pdma_mem_alloc alloc = { 0 };
@@ -43,15 +43,6 @@ static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device
 	void *be;
 	int ret;
 
-	/* An interface whose cache trusts its invalidations (host memory under
-	 * a monitor, CUDA with the free hooks live, sim): a pinned region is
-	 * found without querying the memory (mincore over the range for host
-	 * memory, two driver calls for CUDA): had it been unmapped or freed,
-	 * the region would be gone from the cache. For CUDA the lookup tries
-	 * the GPU-memory ops, the common case; host memory registered as CUDA
-	 * takes the full path. */
-	if (dops && d->cache && !pdma_cache_find(d->cache, dops, dbe, iface, addr, len, out))
-		return 0;
 	ret = pdma_domain_backend(d, iface, device, addr, len, &ops, &be, &alloc);
 	if (ret == 0)
 		ret = ops->query(be, addr, len, &alloc);
@@ -62,7 +53,7 @@ static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device
 			 (unsigned long long)addr, len, pdma_strerror(ret));
 		return ret;
 	}
-	if (dops && d->cache)
+	if (cached && d->cache)
 		return pdma_cache_get(d->cache, ops, be, iface, addr, len, &alloc, out);
 	pdma_page_round(ops->page_size, addr, len, &start, &plen);
 	ret = pdma_region_create(ops, be, iface, start, plen, alloc.buffer_id, out);
@@ -179,9 +170,21 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 			return ret;
 	}
 	for (; npinned < attr->iov_count; npinned++) {
-		ret = seg_pin(d, attr->iface, attr->device,
-			      (uint64_t)(uintptr_t)attr->mr_iov[npinned].iov_base,
-			      attr->mr_iov[npinned].iov_len, ops, be, &regs[npinned]);
+		uint64_t addr = (uint64_t)(uintptr_t)attr->mr_iov[npinned].iov_base;
+		size_t len = attr->mr_iov[npinned].iov_len;
+
+		/* An interface whose cache trusts its invalidations (host memory
+		 * under a monitor, CUDA with the free hooks live, sim): a pinned
+		 * region is found without querying the memory (mincore over the
+		 * range for host memory, two driver calls for CUDA): had it been
+		 * unmapped or freed, the region would be gone from the cache. For
+		 * CUDA the lookup tries the GPU-memory ops, the common case; host
+		 * memory registered as CUDA takes the full path. Inline, not in
+		 * seg_pin: a cached registration is mostly this call. */
+		if (d->cache && !pdma_cache_find(d->cache, ops, be, attr->iface, addr, len,
+						 &regs[npinned]))
+			continue;
+		ret = seg_pin(d, attr->iface, attr->device, addr, len, true, &regs[npinned]);
 		if (ret)
 			goto err_regs;
 	}
@@ -608,7 +611,7 @@ int pdma_mr_refresh(struct pdma_mr *m, const struct iovec *iov, size_t count, ui
 		if (!fresh[j])
 			continue;
 		fresh[j] = NULL;
-		ret = seg_pin(d, m->iface, m->device, m->segs[j].addr, m->segs[j].len, NULL, NULL,
+		ret = seg_pin(d, m->iface, m->device, m->segs[j].addr, m->segs[j].len, false,
 			      &fresh[j]);
 		if (ret) {
 			for (size_t k = 0; k < j; k++)
