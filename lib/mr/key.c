@@ -129,7 +129,7 @@ static int rand_page_draw(struct pdma_rand_page *pg, void *buf, size_t len)
  * thread exit; after that, or where no such page can be made, the domain pool
  * serves. One thread-local object, and initial-exec: an offset from the thread
  * pointer, where the default model for a shared library calls __tls_get_addr
- * on every access (2-3% of a cached registration, twice). Its 40 bytes fit
+ * on every access (2-3% of a cached registration, twice). Its 32 bytes fit
  * the static TLS glibc keeps for libraries loaded by dlopen, as the cache's
  * thread-local state does (cache_int.h).
  */
