@@ -374,11 +374,12 @@ static inline bool key_ok(const struct pdma_domain *d, uint64_t *k)
 	return *k != PDMA_KEY_NOTAVAIL && *k != 0;
 }
 
+/* Every draw the inline one cannot serve, and the retries: the general draw. */
 static __attribute__((noinline)) int key_draw_slow(struct pdma_domain *d, uint64_t *key)
 {
 	for (int tries = 0; tries < 64; tries++) {
 		uint64_t k;
-		int ret = rand_u64_fast(&k) ? 0 : pdma_random_bytes(&d->rand, &k, sizeof(k));
+		int ret = pdma_random_bytes(&d->rand, &k, sizeof(k));
 
 		if (ret)
 			return ret;
