@@ -14,9 +14,10 @@
 #     regions a repetition (is the miss flat?), and its --latency floors.
 # Each writes its table (.txt) and JSON under OUT. One call's 10 minutes do
 # not hold them all: PARTS (default 12345) picks steps, THREADS (default
-# "2 4 8 16") the thread counts of step 1; UCX's rcache takes microseconds a
+# "2 4 8 16") the thread counts of step 1, ROUNDS (default 2) the new/old
+# rounds of steps 2 and 3; UCX's rcache takes microseconds a
 # hit with 4 or more threads, so step 1 runs 200k operations a thread.
-# usage: [PARTS=..] [THREADS=..] bench/run-round2-h100.sh BUILD OUT
+# usage: [PARTS=..] [THREADS=..] [ROUNDS=..] bench/run-round2-h100.sh BUILD OUT
 set -uo pipefail
 . "$(dirname "$0")/device-env.sh" "${1:?build dir}"
 OUT=${2:?output dir}
@@ -46,7 +47,7 @@ fi
 # (peerdma, bench_cuda), they run too, alternating with the new ones
 if [[ $PARTS == *2* ]]; then
 echo "=== 2. peerdma bench reg"
-for r in 1 2; do
+for r in $(seq "${ROUNDS:-2}"); do
 	for v in new old; do
 		bin=$B/peerdma
 		[ $v = old ] && bin=$B/old/peerdma
@@ -60,7 +61,7 @@ fi
 
 if [[ $PARTS == *3* ]]; then
 echo "=== 3. bench_cuda"
-for r in 1 2; do
+for r in $(seq "${ROUNDS:-2}"); do
 	for v in new old; do
 		bin=$B/bench/cuda/bench_cuda
 		[ $v = old ] && bin=$B/old/bench_cuda

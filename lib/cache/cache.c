@@ -27,8 +27,10 @@
  *    revokes its pin (pdma_region_revoke -> pdma_cache_region_revoked), or
  *    when a hit's buffer ID differs from the caller's query (alloc) or, in
  *    TAG_CHECK mode (TRUST_WATCHED: for regions of memory no monitor
- *    watches, e->verify), from a fresh ops->query. A region whose pin raced with an
- *    invalidation of its range is handed out uncached.
+ *    watches, e->verify), from the allocation's now: one ops->same_alloc
+ *    call where the backend has it and the range lies inside the allocation's
+ *    bounds seen at the pin (hit_verify), else a fresh ops->query. A region
+ *    whose pin raced with an invalidation of its range is handed out uncached.
  *
  * Concurrency
  *  - The hit path takes no lock and writes nothing shared but the region's
@@ -502,6 +504,26 @@ void pdma_cache_get_stats(struct pdma_cache *c, struct pdma_cache_stats *s)
 	s->live = atomic_load(&c->live) - (atomic_load(&c->closed) ? 0 : 1);
 }
 
+/*
+ * A referenced hit the cache verifies by buffer ID (e->verify), checked the
+ * cheap way: the range against the allocation's bounds seen at the pin, then
+ * one ops->same_alloc call. Buffer IDs are never reused, so the same ID means
+ * the same allocation, with the same bounds, still there. 0: fresh; -ESTALE:
+ * another allocation now, or none; -ENOENT: cannot tell this way (no
+ * same_alloc, bounds unknown, or the range leaves the allocation inside its
+ * pinned pages): the caller asks ops->query.
+ */
+static inline int hit_verify(struct entry *e, uint64_t addr, size_t len)
+{
+	const struct pdma_mem_ops *ops = RLX(e->ops);
+	uint64_t id = RLX(e->buffer_id);
+
+	if (!id || !ops->same_alloc || e->r.alloc_head == UINT32_MAX ||
+	    addr - RLX(e->start) < e->r.alloc_head || RLX(e->end) - (addr + len) < e->r.alloc_tail)
+		return -ENOENT;
+	return ops->same_alloc(RLX(e->be), addr, id) ? -ESTALE : 0;
+}
+
 /* Is the hit e still the memory the caller means? */
 static inline bool hit_fresh(struct entry *e, const struct pdma_mem_alloc *alloc,
 			     uint64_t addr, size_t len)
@@ -512,6 +534,12 @@ static inline bool hit_fresh(struct entry *e, const struct pdma_mem_alloc *alloc
 		return !id || alloc->buffer_id == id;
 	if (likely(!RLX(e->verify)))
 		return true;
+	switch (hit_verify(e, addr, len)) {
+	case 0:
+		return true;
+	case -ESTALE:
+		return false;
+	}
 	{
 		struct pdma_mem_alloc a = { 0 };
 
@@ -559,6 +587,27 @@ static inline bool kernel_watched(const struct pdma_cache *c, const struct pdma_
 				  const void *be)
 {
 	return ops == &pdma_mem_kdev_host_ops && be == c->kdev;
+}
+
+/* The pinned pages [s, end) against the allocation, for hit_verify: the bytes
+ * of the first and last page outside it, or UINT32_MAX where the allocation's
+ * bounds are unknown or do not cover the request (a caller's alloc that the
+ * query did not check). */
+static void alloc_bounds(struct pdma_region *r, const struct pdma_mem_alloc *alloc, uint64_t s,
+			 uint64_t end)
+{
+	uint64_t ab, ae;
+
+	r->alloc_head = r->alloc_tail = UINT32_MAX;
+	if (!alloc || !alloc->size || alloc->base + alloc->size < alloc->base)
+		return;
+	ab = alloc->base;
+	ae = alloc->base + alloc->size;
+	if (ab >= end || ae <= s || (ab > s && ab - s >= UINT32_MAX) ||
+	    (ae < end && end - ae >= UINT32_MAX))
+		return;
+	r->alloc_head = ab > s ? (uint32_t)(ab - s) : 0;
+	r->alloc_tail = ae < end ? (uint32_t)(end - ae) : 0;
 }
 
 /*
@@ -637,6 +686,7 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 	atomic_store_explicit(&e->verify, verify, memory_order_relaxed);
 	atomic_store_explicit(&e->last_use, lru_stamp(), memory_order_relaxed);
 	memset(&e->r, 0, sizeof(e->r));
+	alloc_bounds(&e->r, alloc, s, end);
 	e->defer_next = NULL;
 	e->indexed = false;
 	e->heap_key = 0;
@@ -766,6 +816,27 @@ int pdma_cache_get(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *b
 	return get_slow(c, ops, be, iface, addr, len, s, end, alloc, region);
 }
 
+/* pdma_cache_find's hit on memory no monitor watches: one driver call says
+ * whether it is still the allocation pinned; where that cannot tell, the
+ * caller queries the memory and takes pdma_cache_get. Out of line: the
+ * trusted hits then save no registers for this call. */
+static __attribute__((noinline)) int find_verify(struct pdma_cache *c, struct entry *e,
+						 uint64_t addr, size_t len,
+						 struct pdma_region **region)
+{
+	int ret = hit_verify(e, addr, len);
+
+	if (!ret) {
+		*region = &e->r;
+		return 0;
+	}
+	if (ret == -ESTALE)
+		reject_stale(c, e);
+	else
+		pdma_cache_entry_unref(e);
+	return -ENOENT;
+}
+
 int pdma_cache_find(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *be,
 		    enum pdma_hmem_iface iface, uint64_t addr, size_t len,
 		    struct pdma_region **region)
@@ -774,8 +845,7 @@ int pdma_cache_find(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 	struct entry *e;
 
 	if (unlikely((unsigned)iface >= PDMA_CACHE_NIFACE ||
-		     (c->mode[iface] != PDMA_CACHE_MODE_TRUST &&
-		      c->mode[iface] != PDMA_CACHE_MODE_TRUST_WATCHED)))
+		     c->mode[iface] == PDMA_CACHE_MODE_OFF)) /* resolved at open: never DEFAULT */
 		return -ENOENT;
 	if (unlikely(!page_span(ops, addr, len, &s, &end)))
 		return -EINVAL;
@@ -786,12 +856,8 @@ int pdma_cache_find(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 	e = pdma_cache_lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
 	if (!e)
 		return -ENOENT;
-	if (unlikely(RLX(e->verify))) {
-		/* Memory no monitor watches: the caller must query it and
-		 * take pdma_cache_get, which compares the buffer IDs. */
-		pdma_cache_entry_unref(e);
-		return -ENOENT;
-	}
+	if (unlikely(RLX(e->verify)))
+		return find_verify(c, e, addr, len, region);
 	*region = &e->r;
 	return 0;
 }

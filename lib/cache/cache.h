@@ -51,9 +51,9 @@ enum pdma_cache_mode {
 	PDMA_CACHE_MODE_OFF,         /* never cached: every get pins, every last put unpins */
 	PDMA_CACHE_MODE_TRUST,       /* trust invalidations (monitor notifications and backend
 				      * revocation); hits cost no backend call */
-	PDMA_CACHE_MODE_TAG_CHECK,   /* also verify every hit by buffer ID (ops->query, the
-				      * GPUDirect guide's method); regions without a buffer ID
-				      * are not cached */
+	PDMA_CACHE_MODE_TAG_CHECK,   /* also verify every hit by buffer ID (the GPUDirect
+				      * guide's method: ops->same_alloc, else ops->query);
+				      * regions without a buffer ID are not cached */
 	PDMA_CACHE_MODE_TRUST_WATCHED, /* per region: TRUST where the backend's query said
 				      * a monitor sees the allocation leave (alloc->unwatched
 				      * false), TAG_CHECK where it did not. For CUDA with the
@@ -61,8 +61,7 @@ enum pdma_cache_mode {
 				      * by cuMemAlloc* / cudaMalloc* are trusted; IPC and VMM
 				      * mappings, memory allocated before the hooks were loaded
 				      * or past them, and host memory keep the check (and are
-				      * not cached without a buffer ID). pdma_cache_find
-				      * returns trusted regions only. */
+				      * not cached without a buffer ID). */
 };
 
 #define PDMA_CACHE_NIFACE 3 /* PDMA_HMEM_SYSTEM, _CUDA, _SIM */
@@ -107,11 +106,14 @@ void pdma_cache_close(struct pdma_cache *cache);
 int pdma_cache_get(struct pdma_cache *cache, const struct pdma_mem_ops *ops, void *be,
 		   enum pdma_hmem_iface iface, uint64_t addr, size_t len,
 		   const struct pdma_mem_alloc *alloc, struct pdma_region **region);
-/* A hit only, for interfaces in TRUST mode (TRUST_WATCHED: of a trusted
- * region), where a hit needs no facts about the allocation: lets a caller skip classifying and querying the memory
- * (driver calls for CUDA) when the region is already pinned. -ENOENT on a miss
- * or when the interface is not in TRUST mode; the caller then takes the
- * pdma_cache_get() path. */
+/* A hit only, found without facts about the allocation: lets a caller skip
+ * classifying and querying the memory (a five-attribute driver call for CUDA)
+ * when the region is already pinned. A hit the mode verifies (TAG_CHECK;
+ * TRUST_WATCHED: of an unwatched region) costs one ops->same_alloc call; a
+ * stale one is dropped from the cache. -ENOENT on a miss, a stale hit, a hit
+ * that only ops->query can verify (no same_alloc, or a range that leaves the
+ * allocation inside its pinned pages), or when the interface is not cached;
+ * the caller then takes the pdma_cache_get() path. */
 int pdma_cache_find(struct pdma_cache *cache, const struct pdma_mem_ops *ops, void *be,
 		    enum pdma_hmem_iface iface, uint64_t addr, size_t len,
 		    struct pdma_region **region);

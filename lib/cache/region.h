@@ -45,14 +45,17 @@ struct pdma_region {
 	struct pdma_fork_list users;    /* told of a revocation (a locked list,
 					 * lib/mr/fork.h's: the same shape) */
 	void *owner;                    /* the cache that indexes it, or NULL */
-	void *cache_priv;               /* the cache's own bookkeeping */
+	/* Bytes of the first and of the last pinned page outside the
+	 * allocation (each under one page): a cache checks a hit it verifies
+	 * by buffer ID against them, as the query it skips would have. */
+	uint32_t alloc_head, alloc_tail;
 };
 
 /* Pin [start, start + len) (page-aligned) and return a region with one reference. */
 int pdma_region_create(const struct pdma_mem_ops *ops, void *be, enum pdma_hmem_iface iface,
 		       uint64_t start, size_t len, uint64_t buffer_id, struct pdma_region **out);
 /* pdma_region_create into caller-provided zeroed memory (the cache embeds
- * regions in its index entries). Leaves owner and cache_priv as they are, so a
+ * regions in its index entries). Leaves owner and alloc_head/_tail as they are, so a
  * cache can set them before the pin exists. Undo with pdma_region_fini. */
 int pdma_region_init(struct pdma_region *r, const struct pdma_mem_ops *ops, void *be,
 		     enum pdma_hmem_iface iface, uint64_t start, size_t len, uint64_t buffer_id);

@@ -237,7 +237,8 @@ struct pdma_cuda_kdev {
 };
 extern const struct pdma_mem_ops pdma_mem_cuda_kdev_ops;
 extern const struct pdma_mem_ops pdma_mem_cuda_export_ops;
-/* pdma_mem_cuda_ops.query, for the tables that share it. */
+/* pdma_mem_cuda_ops.query and .same_alloc, for the tables that share them. */
 int pdma_mem_cuda_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc *alloc);
+int pdma_mem_cuda_same_alloc(void *be, uint64_t addr, uint64_t buffer_id);
 
 #endif /* PDMA_LIB_MEM_CUDA_H */

@@ -63,6 +63,12 @@ int pdma_mem_cuda_query(void *be, uint64_t addr, size_t len, struct pdma_mem_all
 	return ret;
 }
 
+/* One attribute, one driver call: a cache's per-hit check (mem.h). */
+int pdma_mem_cuda_same_alloc(void *be, uint64_t addr, uint64_t buffer_id)
+{
+	return pdma_cuda_tag_check(be, addr, buffer_id);
+}
+
 static int dmabuf_enabled(void)
 {
 	const char *e = getenv("PEERDMA_CUDA_DMABUF");
@@ -223,6 +229,7 @@ const struct pdma_mem_ops pdma_mem_cuda_ops = {
 	.page_size = PDMA_CUDA_GPU_PAGE,
 	.cpu_visible = false, /* GPU memory: not through a CPU pointer */
 	.query = pdma_mem_cuda_query,
+	.same_alloc = pdma_mem_cuda_same_alloc,
 	.pin = gpu_pin,
 	.unpin = pdma_cuda_unpin,
 };

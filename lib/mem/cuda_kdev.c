@@ -52,6 +52,13 @@ static int kgpu_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc
 	return pdma_mem_cuda_ops.query(b->cuda, addr, len, alloc);
 }
 
+static int kgpu_same_alloc(void *be, uint64_t addr, uint64_t buffer_id)
+{
+	const struct pdma_cuda_kdev *b = be;
+
+	return pdma_cuda_tag_check(b->cuda, addr, buffer_id);
+}
+
 static const char *kgpu_why(int err, uint32_t kind)
 {
 	switch (err) {
@@ -164,6 +171,7 @@ const struct pdma_mem_ops pdma_mem_cuda_kdev_ops = {
 	.page_size = PDMA_CUDA_GPU_PAGE,
 	.cpu_visible = false,
 	.query = kgpu_query,
+	.same_alloc = kgpu_same_alloc,
 	.pin = kgpu_pin,
 	.unpin = kgpu_unpin,
 	.dma = kgpu_dma,
@@ -227,6 +235,7 @@ const struct pdma_mem_ops pdma_mem_cuda_export_ops = {
 	.page_size = PDMA_CUDA_GPU_PAGE,
 	.cpu_visible = false,
 	.query = pdma_mem_cuda_query,
+	.same_alloc = pdma_mem_cuda_same_alloc,
 	.pin = exp_pin,
 	.unpin = pdma_cuda_unpin,
 	.dma = exp_dma,

@@ -176,7 +176,8 @@ struct pdma_domain {
 	size_t n_mr, n_cntr, n_ep;
 	struct pdma_eq *eq;          /* bound (atomic loads where the domain lock is not held) */
 	struct pdma_cache *cache;    /* NULL unless attr.use_cache */
-	struct pdma_cuda *cuda;      /* opened at the first CUDA registration */
+	struct pdma_cuda *cuda;      /* opened at the first CUDA registration (stored
+				      * under cuda_lock with release, read with acquire) */
 	struct pdma_kdev *kdev;      /* attr.kernel_device, opened with the domain */
 	struct pdma_cuda_kdev cuda_kdev; /* GPU memory pinned by the module: {cuda, kdev} */
 	pthread_mutex_t cuda_lock;

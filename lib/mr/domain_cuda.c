@@ -10,35 +10,54 @@
 #include "mr/domain.h"
 #include "mem/cuda.h"
 
+static int cuda_open(struct pdma_domain *d, struct pdma_cuda **out)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&d->cuda_lock);
+	if (!d->cuda) {
+		struct pdma_cuda *cu;
+
+		ret = pdma_cuda_open(&cu);
+		if (ret) {
+			pdma_log(d, 1, "CUDA memory: %s", pdma_cuda_last_error());
+		} else {
+			if (d->log_fn)
+				pdma_cuda_set_log(cu, d->log_fn, d->log_arg);
+			d->cuda_kdev.kdev = d->kdev;
+			d->cuda_kdev.cuda = cu;
+			__atomic_store_n(&d->cuda, cu, __ATOMIC_RELEASE);
+		}
+	}
+	*out = d->cuda;
+	pthread_mutex_unlock(&d->cuda_lock);
+	return ret;
+}
+
 int pdma_domain_cuda_backend(struct pdma_domain *d, int device, uint64_t addr, size_t len,
 			     const struct pdma_mem_ops **ops, void **be, struct pdma_mem_alloc *alloc)
 {
-	int queried = 0, ret = 0;
+	struct pdma_cuda *cu;
+	int queried = 0, ret;
 
 	if (device < 0)
 		return -EINVAL;
-	pthread_mutex_lock(&d->cuda_lock);
-	if (!d->cuda) {
-		ret = pdma_cuda_open(&d->cuda);
+	/* Opened once; after that no lock: a mutex pair is two atomics, 9.5 ns
+	 * each on the H100 machine's host (domain.h), on every registration of
+	 * CUDA memory. cuda_open's release store publishes cuda_kdev too. */
+	cu = __atomic_load_n(&d->cuda, __ATOMIC_ACQUIRE);
+	if (!cu) {
+		ret = cuda_open(d, &cu);
 		if (ret)
-			pdma_log(d, 1, "CUDA memory: %s", pdma_cuda_last_error());
-		else if (d->log_fn)
-			pdma_cuda_set_log(d->cuda, d->log_fn, d->log_arg);
+			return ret;
 	}
-	if (!ret && !d->cuda_kdev.cuda) {
-		d->cuda_kdev.kdev = d->kdev;
-		d->cuda_kdev.cuda = d->cuda;
-	}
-	pthread_mutex_unlock(&d->cuda_lock);
-	if (ret)
-		return ret;
-	*be = d->cuda;
+	*be = cu;
 	if (!len) {
 		*ops = &pdma_mem_cuda_ops;
 	} else {
 		/* GPU memory or host memory the GPU uses: the pointer decides. */
-		ret = alloc ? pdma_cuda_ops_query(d->cuda, addr, len, ops, alloc) :
-			      pdma_cuda_ops_for(d->cuda, addr, len, ops);
+		ret = alloc ? pdma_cuda_ops_query(cu, addr, len, ops, alloc) :
+			      pdma_cuda_ops_for(cu, addr, len, ops);
 		if (ret > 0) {
 			queried = 1;
 			ret = 0;

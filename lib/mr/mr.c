@@ -173,14 +173,16 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 		uint64_t addr = (uint64_t)(uintptr_t)attr->mr_iov[npinned].iov_base;
 		size_t len = attr->mr_iov[npinned].iov_len;
 
-		/* An interface whose cache trusts its invalidations (host memory
-		 * under a monitor, CUDA with the free hooks live, sim): a pinned
-		 * region is found without querying the memory (mincore over the
-		 * range for host memory, two driver calls for CUDA): had it been
-		 * unmapped or freed, the region would be gone from the cache. For
-		 * CUDA the lookup tries the GPU-memory ops, the common case; host
-		 * memory registered as CUDA takes the full path. Inline, not in
-		 * seg_pin: a cached registration is mostly this call. */
+		/* A pinned region is found without querying the memory (mincore
+		 * over the range for host memory, a five-attribute driver call for
+		 * CUDA). Where the cache trusts its invalidations (host memory
+		 * under a monitor, CUDA with the free hooks live, sim), a region
+		 * of unmapped or freed memory would be gone from it; where it
+		 * checks buffer IDs (CUDA without the hooks), the find asks the
+		 * driver for that one attribute. For CUDA the lookup tries the
+		 * GPU-memory ops, the common case; host memory registered as
+		 * CUDA takes the full path. Inline, not in seg_pin: a cached
+		 * registration is mostly this call. */
 		if (d->cache && !pdma_cache_find(d->cache, ops, be, attr->iface, addr, len,
 						 &regs[npinned]))
 			continue;

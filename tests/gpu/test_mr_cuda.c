@@ -4,7 +4,8 @@
  * PDMA_HMEM_CUDA), with and without the registration cache: device memory
  * registers and is refused to the CPU-side sim device, managed memory is
  * refused, page-locked host memory registers and is CPU-visible, and a
- * free + reallocation at the same address never yields a stale registration.
+ * free + reallocation at the same address never yields a stale registration,
+ * also where the buffer-ID check runs in a thread with no CUDA context.
  * Elsewhere: "skipped: no CUDA device", exit 77.
  */
 #include <setjmp.h>
@@ -14,9 +15,11 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cache/cache.h"
 #include "cuda/api.h"
 #include "mr/domain.h" /* the domain's own CUDA backend, for its pin counters */
 #include "mem/cuda.h"
@@ -145,6 +148,83 @@ static void test_cached_realloc_never_stale(void **state)
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 
+struct thr_reg {
+	struct pdma_domain *d;
+	uint64_t p;
+	int ret, had_ctx;
+};
+
+static void *reg_twice(void *arg)
+{
+	struct thr_reg *t = arg;
+	pdma_cu_ctx cur = NULL;
+	struct pdma_mr *m;
+
+	t->had_ctx = api->CtxGetCurrent(&cur) == PDMA_CU_SUCCESS && cur;
+	for (int i = 0; i < 2 && !t->ret; i++) {
+		t->ret = reg(t->d, t->p + 4096, 8192, &m);
+		if (!t->ret)
+			t->ret = pdma_mr_close(m);
+	}
+	return NULL;
+}
+
+static void reg_in_thread(struct pdma_domain *d, uint64_t p)
+{
+	struct thr_reg t = { .d = d, .p = p };
+	pthread_t th;
+
+	assert_int_equal(pthread_create(&th, NULL, reg_twice, &t), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(t.ret, 0);
+	assert_false(t.had_ctx);
+}
+
+/* The buffer-ID check of a cached hit (no hooks in this program: TAG_CHECK)
+ * from a thread with no CUDA context current: the hits need no new pin, and a
+ * reallocation at the same address is still caught. */
+static void test_cached_tag_check_no_context(void **state)
+{
+	struct pdma_domain *d = dom(1);
+	struct pdma_cache_stats c0, c1;
+	struct pdma_cuda_stats s0, s1;
+	pdma_cu_ptr p = 0, q = 0;
+	struct pdma_mr *m;
+
+	(void)state;
+	assert_int_equal(api->MemAlloc(&p, 2 * MiB), PDMA_CU_SUCCESS);
+	assert_int_equal(reg(d, p, 2 * MiB, &m), 0);
+	assert_int_equal(pdma_mr_close(m), 0);
+	pdma_cache_get_stats(d->cache, &c0);
+	assert_int_equal(c0.mode[PDMA_HMEM_CUDA], PDMA_CACHE_MODE_TAG_CHECK);
+	pdma_cuda_get_stats(d->cuda, &s0);
+	reg_in_thread(d, p);
+	pdma_cuda_get_stats(d->cuda, &s1);
+	pdma_cache_get_stats(d->cache, &c1);
+	assert_int_equal(s1.pins, s0.pins);
+	assert_int_equal(s1.tag_stale, s0.tag_stale);
+	assert_int_equal(c1.stale_rejected, c0.stale_rejected);
+	assert_int_equal(api->MemFree(p), PDMA_CU_SUCCESS);
+	for (int i = 0; i < 20 && q != p; i++) {
+		if (q)
+			assert_int_equal(api->MemFree(q), PDMA_CU_SUCCESS);
+		assert_int_equal(api->MemAlloc(&q, 2 * MiB), PDMA_CU_SUCCESS);
+	}
+	if (q == p) {
+		pdma_cuda_get_stats(d->cuda, &s0);
+		reg_in_thread(d, q);
+		pdma_cuda_get_stats(d->cuda, &s1);
+		pdma_cache_get_stats(d->cache, &c1);
+		assert_int_equal(s1.pins, s0.pins + 1); /* a new pin, then a hit */
+		assert_int_equal(s1.tag_stale, s0.tag_stale + 1);
+		assert_int_equal(c1.stale_rejected, c0.stale_rejected + 1);
+	} else {
+		printf("# no reallocation at the same address in 20 tries\n");
+	}
+	assert_int_equal(api->MemFree(q), PDMA_CU_SUCCESS);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -152,6 +232,7 @@ int main(void)
 		cmocka_unit_test(test_managed_refused),
 		cmocka_unit_test(test_pinned_host_memory),
 		cmocka_unit_test(test_cached_realloc_never_stale),
+		cmocka_unit_test(test_cached_tag_check_no_context),
 	};
 	struct pdma_cuda *cu;
 	pdma_cu_ctx primary;

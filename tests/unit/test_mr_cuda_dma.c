@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/cache.h"
 #include "mr/domain.h"
 #include "support/fake_cuda.h"
 
@@ -113,6 +114,64 @@ static void test_nvp2p_without_kdev_refused(void **state)
 	/* With dma-buf back on, the same range registers. */
 	assert_int_equal(reg(d, base, MiB, NULL, &m), 0);
 	assert_int_equal(pdma_mr_close(m), 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
+/* A cached registration of GPU memory in a domain whose cache checks buffer
+ * IDs (no deallocation hooks: TAG_CHECK) asks the driver one attribute, on
+ * one call; a reallocation at the same address is caught by it; a range that
+ * leaves the allocation inside its pinned pages is refused as on a miss and
+ * leaves the cached region alone. */
+static void test_cached_tag_check(void **state)
+{
+	uint64_t base = 0x7f0000000000ull, small = base + 4 * MiB;
+	struct pdma_domain *d = open_domain(1);
+	struct pdma_cache_stats cs;
+	struct pdma_cuda_stats st;
+	struct falloc *a;
+	struct pdma_mr *m = NULL;
+	int calls, attrs;
+
+	(void)state;
+	pdma_cache_get_stats(d->cache, &cs);
+	assert_int_equal(cs.mode[PDMA_HMEM_CUDA], PDMA_CACHE_MODE_TAG_CHECK);
+	a = fadd(base, 2 * MiB, PDMA_CU_MEMORYTYPE_DEVICE, 0);
+	assert_int_equal(reg(d, base + 100, 1000, NULL, &m), 0);
+	assert_int_equal(pdma_mr_close(m), 0);
+	assert_int_equal(F.exports, 1);
+	for (int i = 0; i < 3; i++) {
+		calls = F.attr_calls;
+		attrs = F.attrs_asked;
+		assert_int_equal(reg(d, base + 200, 900, NULL, &m), 0);
+		assert_int_equal(F.attr_calls, calls + 1);
+		assert_int_equal(F.attrs_asked, attrs + 1);
+		assert_int_equal(pdma_mr_close(m), 0);
+	}
+	assert_int_equal(F.exports, 1);
+
+	/* Freed behind the hooks' back and reallocated at the same address. */
+	a->live = 0;
+	fadd(base, 2 * MiB, PDMA_CU_MEMORYTYPE_DEVICE, 0);
+	assert_int_equal(reg(d, base + 200, 900, NULL, &m), 0);
+	assert_int_equal(F.exports, 2);
+	pdma_cuda_get_stats(d->cuda, &st);
+	assert_int_equal(st.tag_stale, 1);
+	pdma_cache_get_stats(d->cache, &cs);
+	assert_int_equal(cs.stale_rejected, 1);
+	assert_int_equal(pdma_mr_close(m), 0);
+
+	/* 100 KiB: pinned as two 64 KiB pages, the last 28 KiB not its own. */
+	fadd(small, 100 * KiB, PDMA_CU_MEMORYTYPE_DEVICE, 0);
+	assert_int_equal(reg(d, small, 100 * KiB, NULL, &m), 0);
+	assert_int_equal(pdma_mr_close(m), 0);
+	assert_int_equal(F.exports, 3);
+	assert_int_equal(reg(d, small + 100 * KiB - 10, 20, NULL, &m), -EFAULT);
+	assert_non_null(strstr(last_log, "not inside one allocation"));
+	assert_int_equal(reg(d, small + 10, 100 * KiB - 10, NULL, &m), 0);
+	assert_int_equal(F.exports, 3); /* still cached */
+	assert_int_equal(pdma_mr_close(m), 0);
+	pdma_cache_get_stats(d->cache, &cs);
+	assert_int_equal(cs.stale_rejected, 1);
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 
@@ -305,6 +364,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_dmabuf_without_kdev, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nvp2p_without_kdev_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cached_tag_check, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_device_without_dmabuf_refused, setup_no_dmabuf,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_host_mr_has_no_dma, setup, teardown),

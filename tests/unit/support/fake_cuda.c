@@ -141,6 +141,7 @@ static pdma_cu_result f_getattrs(unsigned int n, int *attrs, void **data, pdma_c
 
 	F.last_nattrs = n;
 	F.attr_calls++;
+	F.attrs_asked += (int)n;
 	for (unsigned int i = 0; i < n; i++)
 		fill_attr(a, attrs[i], data[i]);
 	return 0;
@@ -150,6 +151,7 @@ static pdma_cu_result f_getattr(void *data, int attr, pdma_cu_ptr p)
 	struct falloc *a = ffind(p);
 
 	F.attr_calls++;
+	F.attrs_asked++;
 	if (!a)
 		return PDMA_CU_ERROR_INVALID_VALUE;
 	fill_attr(a, attr, data);

@@ -44,6 +44,7 @@ struct fake {
 	unsigned int last_nattrs;   /* attributes asked in the last cuPointerGetAttributes */
 	int free_during_setattr;    /* a concurrent free lands in the middle of a pin */
 	int attr_calls;             /* pointer attribute queries */
+	int attrs_asked;            /* attributes asked for, over all of them */
 	uint64_t alloc_at;          /* where the next cuMemAlloc / IPC open maps */
 	int ipc_opens, ipc_closes, unmaps;
 };

@@ -22,6 +22,15 @@ static int fake_query(void *be, uint64_t addr, size_t len, struct pdma_mem_alloc
 	return 0;
 }
 
+static int fake_same_alloc(void *be, uint64_t addr, uint64_t buffer_id)
+{
+	struct fake_mem *f = be;
+
+	(void)addr;
+	f->id_checks++;
+	return f->buffer_id == buffer_id ? 0 : -ESTALE;
+}
+
 static int fake_pin(void *be, uint64_t addr, size_t len, pdma_mem_revoke_fn revoke, void *arg,
 		    void **pin)
 {
@@ -73,7 +82,8 @@ static void fake_unpin(void *be, void *pin)
 }
 
 const struct pdma_mem_ops fake_ops = {
-	.name = "fake", .page_size = PG, .query = fake_query, .pin = fake_pin, .unpin = fake_unpin,
+	.name = "fake", .page_size = PG, .query = fake_query, .same_alloc = fake_same_alloc,
+	.pin = fake_pin, .unpin = fake_unpin,
 };
 
 void fake_free(struct fake_mem *f, uint64_t start, size_t len)

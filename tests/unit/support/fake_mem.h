@@ -31,8 +31,8 @@ struct fake_mem {
 	size_t bar, used;
 	unsigned pins, unpins, live, revokes;
 	int fail_once;          /* -errno for the next pin */
-	uint64_t buffer_id;     /* what query reports */
-	unsigned queries;
+	uint64_t buffer_id;     /* what query reports, and same_alloc compares */
+	unsigned queries, id_checks;
 	uint64_t unpinned[256]; /* starts, in unpin order */
 	unsigned nunpinned;
 	struct fpin *list;
