@@ -43,9 +43,10 @@ struct pdma_mem_ops {
 	/* Optional: 0 if the allocation at addr is still the one whose buffer
 	 * ID was buffer_id, else -ESTALE. What a cache verifying its hits by
 	 * buffer ID asks per hit (PDMA_CACHE_MODE_TAG_CHECK). For CUDA one
-	 * attribute in one driver call, where query asks for five: a hit
-	 * verified this way cost 260-268 ns on the H100 machine, one verified
-	 * through query 744-906 ns (bench/results/round2f-h100.txt). */
+	 * attribute in one driver call, where query asks for five: on the
+	 * H100 machine a cache hit verified this way took 161-273 ns, one
+	 * verified through query 2.9-3.5x that (round2f-h100.txt in
+	 * bench/results). */
 	int (*same_alloc)(void *be, uint64_t addr, uint64_t buffer_id);
 	/* Pin a page-aligned range; *pin is the backend's handle. -ENOMEM: no BAR
 	 * space or lock limit (callers may evict and retry). */
