@@ -41,6 +41,17 @@ struct nvidia_p2p_page_table;
 struct pdma_pin;
 struct sg_table;
 
+/*
+ * A dma-buf attached for one device and mapped: the pin's (peerdma.ko's own
+ * device) and each client's (the client's device), pin_dmabuf.c.
+ */
+struct pdma_buf_att {
+	struct dma_buf *dmabuf;	/* ref held */
+	struct dma_buf_attachment *attach;
+	struct sg_table *sgt;
+	bool moved;		/* the pin's: move_notify while creating */
+};
+
 enum pdma_state {
 	PDMA_CREATING = 0,
 	PDMA_LIVE,
@@ -83,11 +94,7 @@ struct peerdma_client {
 			void *mapping;	/* persistent: nvidia_p2p_dma_mapping */
 			bool res;	/* free-callback: dma_map_resource */
 		} nv;
-		struct {
-			struct dma_buf *dmabuf;	/* ref held */
-			struct dma_buf_attachment *attach;
-			struct sg_table *sgt;
-		} buf;
+		struct pdma_buf_att buf;
 	};
 };
 
@@ -150,12 +157,7 @@ struct pdma_pin {
 			struct work_struct revoke_work;
 			bool registered;
 		} host;
-		struct {
-			struct dma_buf *dmabuf;
-			struct dma_buf_attachment *attach;
-			struct sg_table *sgt;
-			bool moved;	/* move_notify while creating */
-		} buf;
+		struct pdma_buf_att buf;
 	};
 };
 

@@ -16,6 +16,25 @@
 
 #include "peerdma.h"
 
+/* dma_resv lock held, or the attachment never published */
+static void pdma_buf_unmap_att(struct pdma_buf_att *b)
+{
+	if (b->sgt)
+		dma_buf_unmap_attachment(b->attach, b->sgt, DMA_BIDIRECTIONAL);
+	b->sgt = NULL;
+}
+
+/* unmapped, dma_resv lock not held: detach (if attached) and drop the reference */
+static void pdma_buf_put_att(struct pdma_buf_att *b)
+{
+	if (b->attach)
+		dma_buf_detach(b->dmabuf, b->attach);
+	if (b->dmabuf)
+		dma_buf_put(b->dmabuf);
+	b->attach = NULL;
+	b->dmabuf = NULL;
+}
+
 /* the exporter moves or revokes the buffer (dma_resv lock held) */
 static void pdma_buf_revoke(struct pdma_pin *pin, struct dma_buf *dmabuf)
 {
@@ -25,8 +44,7 @@ static void pdma_buf_revoke(struct pdma_pin *pin, struct dma_buf *dmabuf)
 		return;
 	}
 	if (pdma_pin_revoke_begin(pin)) {
-		dma_buf_unmap_attachment(pin->buf.attach, pin->buf.sgt, DMA_BIDIRECTIONAL);
-		pin->buf.sgt = NULL;
+		pdma_buf_unmap_att(&pin->buf);
 		pdma_pin_revoke_end(pin, PEERDMA_EVENT_DMABUF_MOVE);
 	}
 }
@@ -124,11 +142,11 @@ static int pdma_buf_pin(struct pdma_pin *pin, int fd)
 	dmabuf = dma_buf_get(fd);
 	if (IS_ERR(dmabuf))
 		return PTR_ERR(dmabuf);
+	pin->buf.dmabuf = dmabuf;
 	if (pin->addr >= dmabuf->size || pin->len > dmabuf->size - pin->addr) {
 		ret = -EINVAL;
 		goto err_put;
 	}
-	pin->buf.dmabuf = dmabuf;
 	attach = dma_buf_dynamic_attach(dmabuf, pdma_dev, &pdma_buf_attach_ops, pin);
 	if (IS_ERR(attach)) {
 		ret = PTR_ERR(attach);
@@ -154,8 +172,7 @@ static int pdma_buf_pin(struct pdma_pin *pin, int fd)
 	pin->phys = kvcalloc(pin->npages, sizeof(u64), GFP_KERNEL);
 	ret = pin->phys ? pdma_sg_fill(pin, sgt, shift, pin->phys, NULL) : -ENOMEM;
 	if (ret) {
-		dma_buf_unmap_attachment(attach, sgt, DMA_BIDIRECTIONAL);
-		pin->buf.sgt = NULL;
+		pdma_buf_unmap_att(&pin->buf);
 		goto err_unlock;
 	}
 	pdma_pin_pages_held(pin);
@@ -165,11 +182,8 @@ static int pdma_buf_pin(struct pdma_pin *pin, int fd)
 
 err_unlock:
 	dma_resv_unlock(dmabuf->resv);
-	dma_buf_detach(dmabuf, attach);
-	pin->buf.attach = NULL;
 err_put:
-	dma_buf_put(dmabuf);
-	pin->buf.dmabuf = NULL;
+	pdma_buf_put_att(&pin->buf);
 	return ret;
 }
 
@@ -178,19 +192,13 @@ static void pdma_buf_release(struct pdma_pin *pin)
 	struct dma_buf *dmabuf = pin->buf.dmabuf;
 
 	dma_resv_lock(dmabuf->resv, NULL);
-	if (pin->buf.sgt)
-		dma_buf_unmap_attachment(pin->buf.attach, pin->buf.sgt, DMA_BIDIRECTIONAL);
-	pin->buf.sgt = NULL;
+	pdma_buf_unmap_att(&pin->buf);
 	dma_resv_unlock(dmabuf->resv);
 }
 
 static void pdma_buf_destroy(struct pdma_pin *pin)
 {
-	if (!pin->buf.dmabuf)
-		return;
-	dma_buf_detach(pin->buf.dmabuf, pin->buf.attach);
-	dma_buf_put(pin->buf.dmabuf);
-	pin->buf.dmabuf = NULL;
+	pdma_buf_put_att(&pin->buf);
 }
 
 /*
@@ -235,8 +243,7 @@ static int pdma_buf_map(struct pdma_pin *pin, struct peerdma_client *c)
 	c->buf.sgt = sgt;
 	ret = pdma_sg_fill(pin, sgt, pin->page_shift, NULL, c);
 	if (ret) {
-		dma_buf_unmap_attachment(attach, sgt, DMA_BIDIRECTIONAL);
-		c->buf.sgt = NULL;
+		pdma_buf_unmap_att(&c->buf);
 		goto err_unlock;
 	}
 	dma_resv_unlock(dmabuf->resv);
@@ -244,11 +251,8 @@ static int pdma_buf_map(struct pdma_pin *pin, struct peerdma_client *c)
 
 err_unlock:
 	dma_resv_unlock(dmabuf->resv);
-	dma_buf_detach(dmabuf, attach);
-	c->buf.attach = NULL;
 err_put:
-	dma_buf_put(dmabuf);
-	c->buf.dmabuf = NULL;
+	pdma_buf_put_att(&c->buf);
 	return ret;
 }
 
@@ -260,20 +264,14 @@ static void pdma_buf_unmap(struct pdma_pin *pin, struct peerdma_client *c, bool 
 		return;
 	if (!revoking)
 		dma_resv_lock(dmabuf->resv, NULL);
-	dma_buf_unmap_attachment(c->buf.attach, c->buf.sgt, DMA_BIDIRECTIONAL);
-	c->buf.sgt = NULL;
+	pdma_buf_unmap_att(&c->buf);
 	if (!revoking)
 		dma_resv_unlock(dmabuf->resv);
 }
 
 static void pdma_buf_client_free(struct peerdma_client *c)
 {
-	if (!c->buf.dmabuf)
-		return;
-	dma_buf_detach(c->buf.dmabuf, c->buf.attach);
-	dma_buf_put(c->buf.dmabuf);
-	c->buf.attach = NULL;
-	c->buf.dmabuf = NULL;
+	pdma_buf_put_att(&c->buf);
 }
 
 const struct pdma_provider pdma_dmabuf_provider = {
