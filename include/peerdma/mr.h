@@ -216,6 +216,9 @@ void *pdma_mr_context(const struct pdma_mr *mr);
  * key; *key_size then holds the size needed. */
 int pdma_mr_raw_attr(const struct pdma_mr *mr, uint64_t *base_addr, uint8_t *raw_key,
 		     size_t *key_size, uint64_t flags);
+/* *key: a new random key for the raw key's MR, within mr_key_size as the
+ * MR's own keys are, alive until pdma_mr_unmap_key or the MR's close.
+ * -ENOSPC when a small mr_key_size leaves no free key. */
 int pdma_mr_map_raw(struct pdma_domain *domain, uint64_t base_addr, const uint8_t *raw_key,
 		    size_t key_size, uint64_t *key, uint64_t flags);
 int pdma_mr_unmap_key(struct pdma_domain *domain, uint64_t key);

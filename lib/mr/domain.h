@@ -265,6 +265,10 @@ void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
  * PDMA_MR_PROV_KEY, unchecked (no lock needed): the caller checks it under the
  * lock and falls back to pdma_key_new if it is taken. */
 int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key);
+/* A random key within mr_key_size, not live now (domain lock held): what
+ * pdma_key_new gives under PDMA_MR_PROV_KEY and pdma_mr_map_raw always.
+ * -ENOSPC after 64 draws that were all live (a tiny key space, full). */
+int pdma_key_fresh(struct pdma_domain *d, uint64_t *key);
 int pdma_key_draw(struct pdma_domain *d, uint64_t *key);
 struct pdma_mr *pdma_key_lookup(struct pdma_domain *d, uint64_t key);
 /* key.c: a new descriptor ID (never 0, never reused in the process). */

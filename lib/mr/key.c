@@ -419,6 +419,11 @@ int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key)
 	 * that asks for a key and silently gets another is a bug waiting. */
 	if (requested)
 		return -EKEYREJECTED;
+	return pdma_key_fresh(d, key);
+}
+
+int pdma_key_fresh(struct pdma_domain *d, uint64_t *key)
+{
 	for (int tries = 0; tries < 64; tries++) {
 		uint64_t k;
 		int ret = pdma_key_draw(d, &k);

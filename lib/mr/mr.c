@@ -460,13 +460,10 @@ int pdma_mr_map_raw(struct pdma_domain *d, uint64_t base_addr, const uint8_t *ra
 		ret = -EINVAL;
 		goto out;
 	}
-	for (;;) {
-		ret = pdma_random_bytes(&d->rand, &e->key, sizeof(e->key));
-		if (ret)
-			goto out;
-		if (e->key != PDMA_KEY_NOTAVAIL && e->key && !pdma_key_lookup(d, e->key))
-			break;
-	}
+	/* A key a device can carry: within mr_key_size like the MR's own. */
+	ret = pdma_key_fresh(d, &e->key);
+	if (ret)
+		goto out;
 	e->mr = m;
 	e->mapped = true;
 	ret = pdma_idmap_insert(&d->keys, e->key, e);

@@ -54,7 +54,7 @@ static const int reg_errs[] = { EINVAL, EFAULT, ENOMEM, ENOKEY, EKEYREJECTED, EO
 				ENODEV, EAGAIN, ENOSPC, EOVERFLOW, 0 };
 static const int dma_errs[] = { EINVAL, EFAULT, ENOKEY, EACCES, EAGAIN, 0 };
 static const int misc_errs[] = { EINVAL, EBUSY, ENOKEY, EKEYREJECTED, EOPNOTSUPP, ENOSYS,
-				 ERANGE, ENOMEM, EFAULT, 0 };
+				 ERANGE, ENOMEM, EFAULT, ENOSPC, 0 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

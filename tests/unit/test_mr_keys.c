@@ -234,6 +234,66 @@ static void test_raw_keys(void **state)
 /* MR objects are reused from the domain's pool (lib/mr/domain.h): a closed
  * MR's key, mapped keys and descriptor must stay dead when its object comes
  * back as a new MR, which has keys and a descriptor of its own. */
+/* Mapped keys fit mr_key_size as the MR's own keys do, are distinct from
+ * every live key, and run out with -ENOSPC, not a hang, in a full 1-byte
+ * key space (1..255: 0 is never drawn). */
+static void test_raw_keys_tiny(void **state)
+{
+	struct pdma_domain_attr a;
+	struct pdma_domain *d;
+	static char buf[4096];
+	uint8_t raw[16];
+	bool seen[256] = { false };
+	uint64_t base = 0, key, own, freed;
+	size_t ks = sizeof(raw);
+	struct pdma_mr *m;
+	int mapped = 0, ret = 0;
+
+	(void)state;
+	pdma_domain_attr_init(&a);
+	a.mr_mode = PDMA_MR_RAW | PDMA_MR_PROV_KEY;
+	a.mr_key_size = 1;
+	assert_int_equal(pdma_domain_open(&a, &d), 0);
+	assert_int_equal(pdma_mr_reg(d, buf, 256, RW, 0, 0, 0, &m, NULL), 0);
+	assert_int_equal(pdma_mr_raw_attr(m, &base, raw, &ks, 0), 0);
+	own = raw[0]; /* the MR's own key: little endian, 1 byte here */
+	assert_true(own >= 1 && own <= 255);
+	assert_int_equal(raw[1], 0);
+	seen[own] = true;
+	for (int i = 0; i < 1000; i++) {
+		ret = pdma_mr_map_raw(d, base, raw, ks, &key, 0);
+		if (ret)
+			break;
+		assert_true(key >= 1 && key <= 255);
+		assert_false(seen[key]);
+		seen[key] = true;
+		mapped++;
+	}
+	assert_int_equal(ret, -ENOSPC);
+	assert_true(mapped > 200 && mapped <= 254);
+	/* Fill the rest (a draw finds a free value with some luck), then the
+	 * space is full and every call says so. */
+	for (int i = 0; i < 100000 && mapped < 254; i++) {
+		if (pdma_mr_map_raw(d, base, raw, ks, &key, 0))
+			continue;
+		assert_false(seen[key]);
+		seen[key] = true;
+		mapped++;
+	}
+	assert_int_equal(mapped, 254);
+	assert_int_equal(pdma_mr_map_raw(d, base, raw, ks, &key, 0), -ENOSPC);
+	/* Unmapping one makes room for exactly that one. */
+	freed = own == 77 ? 78 : 77;
+	assert_int_equal(pdma_mr_unmap_key(d, freed), 0);
+	ret = -ENOSPC;
+	for (int i = 0; i < 100000 && ret == -ENOSPC; i++)
+		ret = pdma_mr_map_raw(d, base, raw, ks, &key, 0);
+	assert_int_equal(ret, 0);
+	assert_int_equal(key, freed);
+	assert_int_equal(pdma_mr_close(m), 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
 static void test_dead_key_after_reuse(void **state)
 {
 	struct pdma_domain *d = dom_open(PDMA_MR_BASIC | PDMA_MR_RAW, NULL);
@@ -361,6 +421,7 @@ int main(void)
 		cmocka_unit_test(test_provider_keys_tiny),
 		cmocka_unit_test(test_provider_keys_fork),
 		cmocka_unit_test(test_raw_keys),
+		cmocka_unit_test(test_raw_keys_tiny),
 		cmocka_unit_test(test_dead_key_after_reuse),
 		cmocka_unit_test(test_provider_keys_unrelated),
 	};
