@@ -263,7 +263,7 @@ void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
  * live keys, or (PDMA_MR_PROV_KEY) a random one not live now; domain lock
  * held. pdma_key_draw: a random candidate key for
  * PDMA_MR_PROV_KEY, unchecked (no lock needed): the caller checks it under the
- * lock and falls back to pdma_key_new if it is taken. */
+ * lock and falls back to pdma_key_fresh if it is taken. */
 int pdma_key_new(struct pdma_domain *d, uint64_t requested, uint64_t *key);
 /* A random key within mr_key_size, not live now (domain lock held): what
  * pdma_key_new gives under PDMA_MR_PROV_KEY and pdma_mr_map_raw always.

@@ -251,7 +251,7 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 		if (ret == -EEXIST) {
 			/* The key is live: a drawn one (tiny key sizes) is drawn
 			 * again; a requested one lost a race for it. */
-			ret = prov ? pdma_key_new(d, 0, &key) : -ENOKEY;
+			ret = prov ? pdma_key_fresh(d, &key) : -ENOKEY;
 			m->own_key.key = key;
 			if (!ret)
 				ret = pdma_idmap_insert(&d->keys, key, &m->own_key);
