@@ -43,12 +43,13 @@ static int seg_pin(struct pdma_domain *d, enum pdma_hmem_iface iface, int device
 	void *be;
 	int ret;
 
+	/* > 0: queried with the backend's choice (CUDA: one driver call). < 0:
+	 * no backend, and no ops to name: the backend logged why (CUDA:
+	 * managed memory, an unknown pointer). */
 	ret = pdma_domain_backend(d, iface, device, addr, len, &ops, &be, &alloc);
-	if (ret == 0)
-		ret = ops->query(be, addr, len, &alloc);
-	else if (ret > 0)
-		ret = 0; /* queried with the backend's choice (CUDA: one driver call) */
-	if (ret) {
+	if (ret < 0)
+		return ret;
+	if (ret == 0 && (ret = ops->query(be, addr, len, &alloc))) {
 		pdma_log(d, 1, "%s memory [%#llx, +%zu) cannot be registered: %s", ops->name,
 			 (unsigned long long)addr, len, pdma_strerror(ret));
 		return ret;

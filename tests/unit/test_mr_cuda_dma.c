@@ -189,6 +189,35 @@ static void test_device_without_dmabuf_refused(void **state)
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 
+/* Memory the CUDA backend refuses (managed memory) is refused with the
+ * backend's log lines alone: seg_pin once added its own, naming the memory
+ * by the ops the backend never chose (an uninitialised pointer: a crash in
+ * the LTO build on the H100, a line with a garbage name before). */
+static void test_managed_refused_logged(void **state)
+{
+	uint64_t base = 0x7f0000000000ull;
+	struct pdma_domain *d;
+	struct pdma_mr *m = NULL;
+
+	(void)state;
+	fadd(base, MiB, PDMA_CU_MEMORYTYPE_DEVICE, 1);
+	for (int cache = 0; cache <= 1; cache++) {
+		d = open_domain(cache);
+		assert_int_equal(reg(d, base, 4096, NULL, &m), -EINVAL);
+		assert_null(m);
+		assert_non_null(strstr(last_log, "managed"));
+		/* Every line is the backend's: it names what was refused. */
+		for (char *l = last_log, *nl; *l; l = nl + 1) {
+			nl = strchr(l, '\n');
+			assert_non_null(nl);
+			*nl = 0;
+			assert_non_null(strstr(l, "managed"));
+		}
+		assert_int_equal(F.exports, 0);
+		assert_int_equal(pdma_domain_close(d), 0);
+	}
+}
+
 static void test_host_mr_has_no_dma(void **state)
 {
 	struct pdma_domain *d = open_domain(0);
@@ -367,6 +396,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cached_tag_check, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_device_without_dmabuf_refused, setup_no_dmabuf,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_managed_refused_logged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_mr_has_no_dma, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bind_eq_flags, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_revoked_bind_late, setup, teardown),
