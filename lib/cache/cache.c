@@ -781,6 +781,28 @@ static inline bool page_span(const struct pdma_mem_ops *ops, uint64_t addr, size
 	return true;
 }
 
+/* The hit path's lookup, for get and find: a referenced valid entry covering
+ * [s, end), or NULL. Host memory first takes the invalidations its monitor
+ * has queued. The common case inline: the region starts on the request's
+ * first page and heads its hash chain. */
+static inline __attribute__((always_inline)) struct entry *
+lookup(struct pdma_cache *c, const struct pdma_mem_ops *ops,
+       void *be, enum pdma_hmem_iface iface, uint64_t s, uint64_t end)
+{
+	struct htab *t;
+	struct entry *e;
+
+	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
+		uffd_wait();
+	if (iface == PDMA_HMEM_SYSTEM && c->kdev)
+		kernel_sync(c);
+	t = atomic_load_explicit(&c->ht, memory_order_acquire);
+	e = atomic_load_explicit(&t->b[hash_start(t, s)], memory_order_acquire);
+	if (e && RLX(e->start) == s && try_hit(e, ops, be, iface, s, end))
+		return e;
+	return pdma_cache_lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
+}
+
 int pdma_cache_get(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *be,
 		   enum pdma_hmem_iface iface, uint64_t addr, size_t len,
 		   const struct pdma_mem_alloc *alloc, struct pdma_region **region)
@@ -793,19 +815,7 @@ int pdma_cache_get(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *b
 	if (unlikely((unsigned)iface >= PDMA_CACHE_NIFACE ||
 		     c->mode[iface] == PDMA_CACHE_MODE_OFF))
 		return get_slow(c, ops, be, iface, addr, len, s, end, alloc, region);
-	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
-		uffd_wait();
-	if (iface == PDMA_HMEM_SYSTEM && c->kdev)
-		kernel_sync(c);
-	/* The common case inline: the region starts on the request's first
-	 * page and heads its hash chain. */
-	{
-		struct htab *t = atomic_load_explicit(&c->ht, memory_order_acquire);
-
-		e = atomic_load_explicit(&t->b[hash_start(t, s)], memory_order_acquire);
-		if (!e || RLX(e->start) != s || !try_hit(e, ops, be, iface, s, end))
-			e = pdma_cache_lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
-	}
+	e = lookup(c, ops, be, iface, s, end);
 	if (likely(e)) {
 		if (likely(hit_fresh(e, alloc, addr, len))) {
 			*region = &e->r;
@@ -849,11 +859,7 @@ int pdma_cache_find(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 		return -ENOENT;
 	if (unlikely(!page_span(ops, addr, len, &s, &end)))
 		return -EINVAL;
-	if (iface == PDMA_HMEM_SYSTEM && c->uffd)
-		uffd_wait();
-	if (iface == PDMA_HMEM_SYSTEM && c->kdev)
-		kernel_sync(c);
-	e = pdma_cache_lookup_ref(c, ops, be, iface, s, end, SCAN_LIMIT);
+	e = lookup(c, ops, be, iface, s, end);
 	if (!e)
 		return -ENOENT;
 	if (unlikely(RLX(e->verify)))

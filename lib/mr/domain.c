@@ -78,6 +78,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 			goto err;
 		d->attr.kernel_device = NULL; /* the caller's string need not outlive us */
 	}
+	d->host_ops = d->kdev ? &pdma_mem_kdev_host_ops : &pdma_mem_host_ops;
 	if (d->attr.use_cache) {
 		struct pdma_cache_attr ca;
 
@@ -240,25 +241,18 @@ int pdma_ep_close(struct pdma_ep *ep)
 	return ep ? target_close(&ep->t, &ep->t.dom->n_ep) : -EINVAL;
 }
 
-int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface, int device,
-			uint64_t addr, size_t len, const struct pdma_mem_ops **ops, void **be,
-			struct pdma_mem_alloc *alloc)
+int pdma_domain_backend_other(struct pdma_domain *d, enum pdma_hmem_iface iface, int device,
+			      uint64_t addr, size_t len, const struct pdma_mem_ops **ops,
+			      void **be, struct pdma_mem_alloc *alloc)
 {
+	/* Host memory and a simulated device that exists never get here. */
 	switch (iface) {
-	case PDMA_HMEM_SYSTEM:
-		*ops = d->kdev ? &pdma_mem_kdev_host_ops : &pdma_mem_host_ops;
-		*be = d->kdev;
-		return 0;
 	case PDMA_HMEM_SIM:
-		if (!d->attr.sim || device != 0) {
-			pdma_log(d, 1, "no simulated device %d in this domain", device);
-			return -ENODEV;
-		}
-		*ops = &pdma_mem_sim_ops;
-		*be = d->attr.sim;
-		return 0;
+		pdma_log(d, 1, "no simulated device %d in this domain", device);
+		return -ENODEV;
 	case PDMA_HMEM_CUDA:
 		return pdma_domain_cuda_backend(d, device, addr, len, ops, be, alloc);
+	default:
+		return -EINVAL;
 	}
-	return -EINVAL;
 }

@@ -179,6 +179,7 @@ struct pdma_domain {
 	struct pdma_cuda *cuda;      /* opened at the first CUDA registration (stored
 				      * under cuda_lock with release, read with acquire) */
 	struct pdma_kdev *kdev;      /* attr.kernel_device, opened with the domain */
+	const struct pdma_mem_ops *host_ops; /* host memory's: kdev's pins, or pdma_mem_host_ops */
 	struct pdma_cuda_kdev cuda_kdev; /* GPU memory pinned by the module: {cuda, kdev} */
 	pthread_mutex_t cuda_lock;
 	pdma_log_fn log_fn;
@@ -307,14 +308,37 @@ int pdma_key_access(struct pdma_domain *d, uint64_t key, uint64_t addr, size_t l
 /* The MR a local descriptor names, if it is live and of this domain. */
 struct pdma_mr *pdma_desc_mr(struct pdma_domain *d, void *desc);
 
+/* pdma_domain_backend's out-of-line part: CUDA, and the errors. */
+int pdma_domain_backend_other(struct pdma_domain *d, enum pdma_hmem_iface iface, int device,
+			      uint64_t addr, size_t len, const struct pdma_mem_ops **ops,
+			      void **be, struct pdma_mem_alloc *alloc);
 /* Backend selection for memory [addr, addr + len) of an iface (CUDA picks GPU
  * or host ops by pointer; len 0 only checks that the iface is usable). With
  * alloc (may be NULL): where choosing the backend already asked the memory
  * what its query would (GPU memory: one driver call for both), *alloc is
- * filled and 1 returned; 0: ops->query is still the caller's to call. */
-int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface, int device,
-			uint64_t addr, size_t len, const struct pdma_mem_ops **ops, void **be,
-			struct pdma_mem_alloc *alloc);
+ * filled and 1 returned; 0: ops->query is still the caller's to call; < 0:
+ * no backend, *ops not set (logged where the backend knows more than the
+ * errno says).
+ * Inline for host memory and the simulated device, whose backends are fixed
+ * when the domain opens: every registration asks, and the call was a
+ * twentieth of a cached one. */
+static inline int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_iface iface,
+				      int device, uint64_t addr, size_t len,
+				      const struct pdma_mem_ops **ops, void **be,
+				      struct pdma_mem_alloc *alloc)
+{
+	if (iface == PDMA_HMEM_SYSTEM) {
+		*ops = d->host_ops;
+		*be = d->kdev;
+		return 0;
+	}
+	if (iface == PDMA_HMEM_SIM && device == 0 && d->attr.sim) {
+		*ops = &pdma_mem_sim_ops;
+		*be = d->attr.sim;
+		return 0;
+	}
+	return pdma_domain_backend_other(d, iface, device, addr, len, ops, be, alloc);
+}
 
 /* domain_cuda.c: the CUDA backend, opened at the first CUDA registration. */
 int pdma_domain_cuda_backend(struct pdma_domain *d, int device, uint64_t addr, size_t len,
