@@ -46,7 +46,12 @@ C
 "$cc" -std=c11 -Wall -Werror -o "$prefix/user" "$prefix/user.c" $(pkg-config --cflags --libs peerdma)
 libdir=$(pkg-config --variable=libdir peerdma)
 LD_LIBRARY_PATH=$libdir "$prefix/user"
-# The static library alone is enough too.
+# The static library alone is enough too, and it holds machine code only (no
+# LTO bytecode: CMakeLists.txt, install).
+if objdump -h "$libdir/libpeerdma.a" | grep -q '\.gnu\.lto_'; then
+	echo "install-test: the installed libpeerdma.a carries LTO bytecode"
+	exit 1
+fi
 # shellcheck disable=SC2046
 "$cc" -std=c11 $(pkg-config --cflags peerdma) -o "$prefix/user_static" "$prefix/user.c" \
 	"$libdir/libpeerdma.a" \
