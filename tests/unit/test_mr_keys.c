@@ -231,9 +231,6 @@ static void test_raw_keys(void **state)
 	assert_int_equal(pdma_domain_close(plain), 0);
 }
 
-/* MR objects are reused from the domain's pool (lib/mr/domain.h): a closed
- * MR's key, mapped keys and descriptor must stay dead when its object comes
- * back as a new MR, which has keys and a descriptor of its own. */
 /* Mapped keys fit mr_key_size as the MR's own keys do, are distinct from
  * every live key, and run out with -ENOSPC, not a hang, in a full 1-byte
  * key space (1..255: 0 is never drawn). */
@@ -294,6 +291,9 @@ static void test_raw_keys_tiny(void **state)
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 
+/* MR objects are reused from the domain's pool (lib/mr/domain.h): a closed
+ * MR's key, mapped keys and descriptor must stay dead when its object comes
+ * back as a new MR, which has keys and a descriptor of its own. */
 static void test_dead_key_after_reuse(void **state)
 {
 	struct pdma_domain *d = dom_open(PDMA_MR_BASIC | PDMA_MR_RAW, NULL);
