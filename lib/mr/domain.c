@@ -78,7 +78,6 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 			goto err;
 		d->attr.kernel_device = NULL; /* the caller's string need not outlive us */
 	}
-	d->host_ops = d->kdev ? &pdma_mem_kdev_host_ops : &pdma_mem_host_ops;
 	if (d->attr.use_cache) {
 		struct pdma_cache_attr ca;
 

@@ -32,6 +32,7 @@
 #include "peerdma/mr.h"
 #include "cache/region.h"
 #include "mem/cuda.h"
+#include "mem/kdev.h"
 #include "mr/fork.h"
 
 struct pdma_cache;
@@ -179,7 +180,6 @@ struct pdma_domain {
 	struct pdma_cuda *cuda;      /* opened at the first CUDA registration (stored
 				      * under cuda_lock with release, read with acquire) */
 	struct pdma_kdev *kdev;      /* attr.kernel_device, opened with the domain */
-	const struct pdma_mem_ops *host_ops; /* host memory's: kdev's pins, or pdma_mem_host_ops */
 	struct pdma_cuda_kdev cuda_kdev; /* GPU memory pinned by the module: {cuda, kdev} */
 	pthread_mutex_t cuda_lock;
 	pdma_log_fn log_fn;
@@ -328,7 +328,7 @@ static inline int pdma_domain_backend(struct pdma_domain *d, enum pdma_hmem_ifac
 				      struct pdma_mem_alloc *alloc)
 {
 	if (iface == PDMA_HMEM_SYSTEM) {
-		*ops = d->host_ops;
+		*ops = d->kdev ? &pdma_mem_kdev_host_ops : &pdma_mem_host_ops;
 		*be = d->kdev;
 		return 0;
 	}
