@@ -167,7 +167,9 @@ static void monitor_row(json_t *rows, const char *kind, const char *asked, const
  * and pdma_mr_close each take it once, uncontended. In a process that never
  * had a second thread the lock is a plain store; this one has had the
  * userfaultfd monitor's thread wherever that monitor runs (its row comes
- * first), and then pays the atomic exchange every threaded program pays.
+ * first). There a take is an atomic exchange, until this thread has taken
+ * the lock PDMA_BIAS_AFTER times in a row and owns it (lib/mr/lock.h): then
+ * it is plain stores again, as for a program's one registering thread.
  * With the hit alone it is the floor of a registration that makes its key
  * visible to devices under the domain lock. Mean ns of n. */
 static double domain_locks_ns(struct pdma_domain *d, int n)

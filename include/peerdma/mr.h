@@ -166,6 +166,11 @@ struct pdma_domain_attr {
 /* Fills *attr with defaults: PDMA_MR_BASIC|LOCAL|HMEM, 8-byte keys, 4 iovs. */
 void pdma_domain_attr_init(struct pdma_domain_attr *attr);
 
+/* The first open in a process registers it for membarrier(2)'s private
+ * expedited barrier, which the domain lock uses (lib/mr/lock.h): with one
+ * thread that is microseconds; with more, the kernel waits for an RCU grace
+ * period (milliseconds), once per process, here rather than in a
+ * registration. */
 int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **domain);
 /* -EBUSY while MRs, counters, endpoints or the EQ are still open. */
 int pdma_domain_close(struct pdma_domain *domain);

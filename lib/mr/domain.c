@@ -68,7 +68,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 		d->attr.raw_key_size = PDMA_RAW_KEY_MIN;
 	d->key_mask = d->attr.mr_key_size == 8 ? UINT64_MAX
 					       : (1ull << (8 * d->attr.mr_key_size)) - 1;
-	atomic_init(&d->lock, 0);
+	pdma_bias_init(&d->lock);
 	pthread_mutex_init(&d->cuda_lock, NULL);
 	pdma_rand_init(&d->rand);
 	pdma_fork_init(); /* before any pin: children must know inherited pins */

@@ -24,7 +24,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/single_threaded.h>
 #include <sys/types.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -34,6 +33,7 @@
 #include "mem/cuda.h"
 #include "mem/kdev.h"
 #include "mr/fork.h"
+#include "mr/lock.h"
 
 struct pdma_cache;
 struct pdma_cuda;
@@ -169,7 +169,7 @@ struct pdma_domain {
 	struct pdma_domain_attr attr;
 	struct pdma_rand_pool rand;
 	uint64_t key_mask;           /* keys must fit in mr_key_size bytes */
-	atomic_int lock;             /* pdma_dom_lock(): 1 while held */
+	struct pdma_bias_lock lock;  /* pdma_dom_lock() */
 	atomic_size_t busy;          /* device accesses in flight (see Locking above) */
 	struct pdma_idmap keys;      /* live keys, own and mapped -> pdma_key_entry */
 	struct pdma_idmap descs;     /* live MRs by desc_id */
@@ -188,51 +188,25 @@ struct pdma_domain {
 };
 
 /*
- * The domain lock: a test-and-set lock, whose release is a plain store.
+ * The domain lock (lock.h): a test-and-set lock, whose release is a plain
+ * store, biased towards the thread that takes it most.
  * Why not a mutex: glibc's unlock is an atomic exchange too (it must see
  * whether a waiter sleeps), and each atomic costs 9.5 ns on the H100
  * machine's host; a cached reg+close takes the lock twice, so a mutex there
- * is four atomics against two (bench/results/round2d-h100.txt). In a process
- * with a single thread (__libc_single_threaded, which glibc's own locks
- * consult the same way) no other thread can hold it, and taking it is a
- * store. Critical sections are short (table operations), except a close
- * waiting for the accesses in flight (microseconds): a waiter spins a little,
- * then yields the CPU, so that a holder that was preempted gets to run.
- * Inline, for the same reason as pdma_dom_quiesce below.
+ * is four atomics against two (bench/results/round2d-h100.txt), and the bias
+ * takes those two away. Critical sections are short (table operations),
+ * except a close waiting for the accesses in flight (microseconds): a waiter
+ * spins a little, then yields the CPU, so that a holder that was preempted
+ * gets to run.
  */
-static inline void pdma_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield");
-#endif
-}
-
-static __attribute__((noinline)) void pdma_dom_lock_wait(struct pdma_domain *d)
-{
-	for (unsigned int spins = 0;; spins++) {
-		if (!atomic_load_explicit(&d->lock, memory_order_relaxed) &&
-		    !atomic_exchange_explicit(&d->lock, 1, memory_order_acquire))
-			return;
-		if (spins < 64)
-			pdma_cpu_relax();
-		else
-			sched_yield();
-	}
-}
-
 static inline void pdma_dom_lock(struct pdma_domain *d)
 {
-	if (__libc_single_threaded)
-		atomic_store_explicit(&d->lock, 1, memory_order_relaxed);
-	else if (atomic_exchange_explicit(&d->lock, 1, memory_order_acquire))
-		pdma_dom_lock_wait(d);
+	pdma_bias_lock(&d->lock);
 }
 
 static inline void pdma_dom_unlock(struct pdma_domain *d)
 {
-	atomic_store_explicit(&d->lock, 0, memory_order_release);
+	pdma_bias_unlock(&d->lock);
 }
 
 /* A device access: begin with the domain lock held, after its key (and

@@ -69,8 +69,10 @@ static void domains_prepare(void)
 	}
 }
 
-/* Parent and child alike: the domain lock has no owner to check (domain.h),
- * and in the child no other thread exists to hold it. */
+/* Parent and child alike: the forking thread took each domain lock, and it
+ * drops it, in the child too, where it is the one thread. No other thread
+ * was inside (prepare waited for a bias owner to leave, lock.h), so the
+ * child's locks hold nobody else's state. */
 static void domains_release(void)
 {
 	for (struct pdma_fork_node *n = pdma_fork_domains.head; n; n = n->next) {
