@@ -223,7 +223,8 @@ static inline void pdma_dom_access_end(struct pdma_domain *d)
 
 /* Domain lock held: wait until no device access is in flight. Inline: the
  * fork handlers (fork.c) use it, and some guest test programs link fork.c
- * without the rest of the domain. */
+ * (and lock.c, the lock's slow path) without the rest of the domain
+ * (tests/vm/run: kdevtest). */
 static inline void pdma_dom_quiesce(struct pdma_domain *d)
 {
 	/* Accesses move bytes for microseconds at most: yield, not sleep. */
