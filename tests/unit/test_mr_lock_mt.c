@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: MIT
 /*
  * The domain lock's bias (lib/mr/lock.h), under concurrency (TSan target,
- * label "threads"). Checks: a thread that takes the lock PDMA_BIAS_AFTER
- * times in a row becomes its owner, also through the public registration
- * path; another thread's take takes the bias away and doubles the run for
- * the next; at most PDMA_BIAS_OWNERS threads ever own a lock; no update
- * under the lock is lost while an owner and other threads take it at once;
- * a child forked by the owner, or by another thread, can take it; the
- * process registers for membarrier(2) at the domain's open, not at the first
- * bias (a registration with threads waits milliseconds for the kernel).
+ * label "threads"). Checks:
+ *  - the process registers for membarrier(2) at the domain's open, not at
+ *    the first bias (a registration with threads waits milliseconds);
+ *  - a thread that takes the lock PDMA_BIAS_AFTER times in a row becomes its
+ *    owner, also through the public registration path; another thread's take
+ *    takes the bias away and doubles the run for the next;
+ *  - an owner that exits is taken from without a wait, and a later thread
+ *    can own the lock again;
+ *  - at most PDMA_BIAS_OWNERS threads ever own a lock;
+ *  - no update under the lock is lost while an owner and other threads take
+ *    it at once;
+ *  - a child forked by the owner, or by another thread, can take it.
  *
- * Every test first starts a thread that idles: with one thread the lock
- * takes glibc's single-thread shortcut and no bias is ever given.
+ * A test that needs a bias keeps a second thread alive (an idler, or its own
+ * threads): with one thread the lock takes glibc's single-thread shortcut
+ * and no bias is ever given.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -174,6 +179,54 @@ static void test_bias_given_and_taken(void **state)
 	take(d, 1);
 	assert_true(owned_by_me(d));
 	assert_int_equal(d->lock.n_owners, 1); /* the same record */
+	idler_stop(&idle);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
+/* An owner that exits leaves its record behind with in == 0: the next taker
+ * takes the bias away without waiting for it, and a later thread (which may
+ * have the dead one's thread pointer, and so its record) can own the lock. */
+struct owner_run {
+	struct pdma_domain *d;
+	unsigned long n;
+	bool owned;
+};
+
+static void *owner_main(void *arg)
+{
+	struct owner_run *r = arg;
+
+	take(r->d, r->n);
+	r->owned = owned_by_me(r->d);
+	return NULL;
+}
+
+static void test_owner_exits(void **state)
+{
+	struct owner_run r = { 0 };
+	struct pdma_domain *d;
+	struct idler idle;
+	pthread_t th;
+
+	(void)state;
+	if (!bias_possible())
+		skip();
+	d = domain_open();
+	idler_start(&idle);
+	r = (struct owner_run){ d, PDMA_BIAS_AFTER, false };
+	assert_int_equal(pthread_create(&th, NULL, owner_main, &r), 0);
+	pthread_join(th, NULL);
+	assert_true(r.owned);
+	take(d, 1); /* the owner is gone: no wait */
+	assert_null(bias(d));
+	assert_int_equal(d->lock.taken_away, 1);
+	r = (struct owner_run){ d, 2 * PDMA_BIAS_AFTER, false };
+	assert_int_equal(pthread_create(&th, NULL, owner_main, &r), 0);
+	pthread_join(th, NULL);
+	assert_true(r.owned);
+	assert_in_range(d->lock.n_owners, 1, 2);
+	take(d, 1);
+	assert_int_equal(d->lock.taken_away, 2);
 	idler_stop(&idle);
 	assert_int_equal(pdma_domain_close(d), 0);
 }
@@ -418,6 +471,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_registered_at_open),
 		cmocka_unit_test(test_bias_given_and_taken),
+		cmocka_unit_test(test_owner_exits),
 		cmocka_unit_test(test_registration_owns),
 		cmocka_unit_test(test_owner_records_bounded),
 		cmocka_unit_test(test_exclusion),
