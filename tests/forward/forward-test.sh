@@ -257,7 +257,12 @@ PY
 	json 'c["a"]["no_credit_blocks"] == 0 and c["a"]["sent_blocks"] == f["blocks_in"] and f["refused"] >= 2' ||
 		fail "the good consumer's account"
 	grep -q "consumer 's': no credit for 1000 ms: dropped" "$d/fwd.err" || fail "no stall line"
-	json 'c["t"]["stalled"] and 0 < c["t"]["sent_blocks"] < f["blocks_in"] and c["t"]["no_credit_blocks"] > 0' ||
+	# Its stall timer runs while blocks wait for credit in its queue, so
+	# whether it is dropped before or after more than a queue's worth (16)
+	# arrive depends on how late has_data saw it: the lost blocks count as
+	# no credit (the queue overflowed) or gone (dropped with the consumer),
+	# either way, but they are lost and counted (CI once: 0 and 13).
+	json 'c["t"]["stalled"] and 0 < c["t"]["sent_blocks"] < f["blocks_in"] and c["t"]["no_credit_blocks"] + c["t"]["gone_blocks"] > 0' ||
 		fail "the stopped consumer's account"
 	echo "forward-test: bad: passed (refused $(grep -c 'a consumer:' "$d/fwd.err") HELLOs; stalled consumer dropped)"
 }
