@@ -17,20 +17,11 @@
 /* At most this many runs between biases: one take-away per 2^30 takes. */
 #define BIAS_AFTER_MAX (1UL << 30)
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield");
-#endif
-}
-
 /* Spin a little, then yield: a holder that was preempted gets to run. */
 static void backoff(unsigned int spins)
 {
 	if (spins < 64)
-		cpu_relax();
+		pdma_cpu_relax();
 	else
 		sched_yield();
 }

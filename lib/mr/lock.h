@@ -75,6 +75,16 @@ struct pdma_bias_lock {
 void pdma_bias_init(struct pdma_bias_lock *l);
 void pdma_bias_lock_slow(struct pdma_bias_lock *l);
 
+/* A spin-wait hint: the core yields to its hyperthread sibling. */
+static inline void pdma_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
 static inline uintptr_t pdma_thread_self(void)
 {
 	return (uintptr_t)__builtin_thread_pointer();

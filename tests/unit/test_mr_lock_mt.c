@@ -106,6 +106,7 @@ static bool owned_by_me(struct pdma_domain *d)
 struct taker {
 	struct pdma_domain *d;
 	unsigned long n;
+	bool owned; /* out: the thread owned the lock after its n takes */
 };
 
 static void *take_main(void *arg)
@@ -113,16 +114,19 @@ static void *take_main(void *arg)
 	struct taker *t = arg;
 
 	take(t->d, t->n);
+	t->owned = owned_by_me(t->d);
 	return NULL;
 }
 
-static void take_on_other_thread(struct pdma_domain *d, unsigned long n)
+/* n takes on a thread of their own, which then exits: did it own the lock? */
+static bool take_on_other_thread(struct pdma_domain *d, unsigned long n)
 {
-	struct taker t = { d, n };
+	struct taker t = { d, n, false };
 	pthread_t th;
 
 	assert_int_equal(pthread_create(&th, NULL, take_main, &t), 0);
 	pthread_join(th, NULL);
+	return t.owned;
 }
 
 /* The kernel offers the barrier the bias needs (lock.h: no bias without). */
@@ -131,6 +135,19 @@ static bool bias_possible(void)
 	long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
 
 	return cmds >= 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+}
+
+/* A domain for a test of the bias, with a second thread alive (an idler):
+ * skipped where the kernel offers no barrier. */
+static struct pdma_domain *biased_domain_open(struct idler *idle)
+{
+	struct pdma_domain *d;
+
+	if (!bias_possible())
+		skip();
+	d = domain_open();
+	idler_start(idle);
+	return d;
 }
 
 /* First in the program: before any open the process is not registered for
@@ -157,10 +174,7 @@ static void test_bias_given_and_taken(void **state)
 	struct idler idle;
 
 	(void)state;
-	if (!bias_possible())
-		skip();
-	d = domain_open();
-	idler_start(&idle);
+	d = biased_domain_open(&idle);
 	take(d, PDMA_BIAS_AFTER - 1);
 	assert_null(bias(d));
 	take(d, 1);
@@ -170,7 +184,7 @@ static void test_bias_given_and_taken(void **state)
 	assert_true(owned_by_me(d));
 	assert_int_equal(d->lock.taken_away, 0);
 
-	take_on_other_thread(d, 1);
+	assert_false(take_on_other_thread(d, 1)); /* one take: no bias for it */
 	assert_null(bias(d));
 	assert_int_equal(d->lock.taken_away, 1);
 	assert_int_equal(d->lock.bias_after, 2 * PDMA_BIAS_AFTER);
@@ -186,44 +200,18 @@ static void test_bias_given_and_taken(void **state)
 /* An owner that exits leaves its record behind with in == 0: the next taker
  * takes the bias away without waiting for it, and a later thread (which may
  * have the dead one's thread pointer, and so its record) can own the lock. */
-struct owner_run {
-	struct pdma_domain *d;
-	unsigned long n;
-	bool owned;
-};
-
-static void *owner_main(void *arg)
-{
-	struct owner_run *r = arg;
-
-	take(r->d, r->n);
-	r->owned = owned_by_me(r->d);
-	return NULL;
-}
-
 static void test_owner_exits(void **state)
 {
-	struct owner_run r = { 0 };
 	struct pdma_domain *d;
 	struct idler idle;
-	pthread_t th;
 
 	(void)state;
-	if (!bias_possible())
-		skip();
-	d = domain_open();
-	idler_start(&idle);
-	r = (struct owner_run){ d, PDMA_BIAS_AFTER, false };
-	assert_int_equal(pthread_create(&th, NULL, owner_main, &r), 0);
-	pthread_join(th, NULL);
-	assert_true(r.owned);
+	d = biased_domain_open(&idle);
+	assert_true(take_on_other_thread(d, PDMA_BIAS_AFTER));
 	take(d, 1); /* the owner is gone: no wait */
 	assert_null(bias(d));
 	assert_int_equal(d->lock.taken_away, 1);
-	r = (struct owner_run){ d, 2 * PDMA_BIAS_AFTER, false };
-	assert_int_equal(pthread_create(&th, NULL, owner_main, &r), 0);
-	pthread_join(th, NULL);
-	assert_true(r.owned);
+	assert_true(take_on_other_thread(d, 2 * PDMA_BIAS_AFTER));
 	assert_in_range(d->lock.n_owners, 1, 2);
 	take(d, 1);
 	assert_int_equal(d->lock.taken_away, 2);
@@ -241,10 +229,7 @@ static void test_registration_owns(void **state)
 	struct pdma_mr *mr;
 
 	(void)state;
-	if (!bias_possible())
-		skip();
-	d = domain_open();
-	idler_start(&idle);
+	d = biased_domain_open(&idle);
 	for (unsigned long i = 0; i < PDMA_BIAS_AFTER; i++) {
 		assert_int_equal(pdma_mr_reg(d, buf, sizeof(buf), RW, 0, 0, 0, &mr, NULL), 0);
 		assert_int_equal(pdma_mr_close(mr), 0);
@@ -344,15 +329,6 @@ struct hammer {
 	atomic_ulong others;
 };
 
-static inline void relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#else
-	__asm__ volatile("" ::: "memory");
-#endif
-}
-
 static void add_one(struct hammer *h)
 {
 	unsigned long v;
@@ -362,7 +338,7 @@ static void add_one(struct hammer *h)
 	/* About a microsecond, as long as a take-away's membarrier(): a
 	 * taker that did not wait for the owner would overlap it. */
 	for (int i = 0; i < 256; i++)
-		relax();
+		pdma_cpu_relax();
 	*(volatile unsigned long *)&h->counter = v + 1;
 	pdma_dom_unlock(h->d);
 }
@@ -448,10 +424,7 @@ static void test_fork(void **state)
 	pthread_t th;
 
 	(void)state;
-	if (!bias_possible())
-		skip();
-	d = domain_open();
-	idler_start(&idle);
+	d = biased_domain_open(&idle);
 	take(d, PDMA_BIAS_AFTER);
 	assert_true(owned_by_me(d));
 	fork_and_register(d);
