@@ -8,8 +8,8 @@
  * Errors are negative errno values.
  *
  * A datagram's way down the layers:
- *   rx/socket.c -> rx/recvmmsg.c or rx/io_uring.c (-> rx/sim_dma.c) -> a slot
- *   of rx/ring.h -> deframe/deframe_cpu.c or deframe/gpu_batch.c (the shared
+ *   rx/socket.c -> rx/recvmmsg.c, rx/io_uring.c or rx/gro.c (-> rx/sim_dma.c),
+ *   or an XDP socket (rx/xdp.c) -> a slot of rx/ring.h -> deframe/deframe_cpu.c or deframe/gpu_batch.c (the shared
  *   core: deframe/deframe.h) -> deframe/acct.c -> pdma_ingest_json.
  *
  * Start/stop/stats from one controlling thread; nothing here uses globals.
@@ -46,12 +46,14 @@ enum pdma_rx_path { PDMA_RX_CPU = 0, PDMA_RX_HOST_STAGED, PDMA_RX_ZERO_COPY, PDM
  * module loads, else the CPU's). */
 enum pdma_nic_deframer { PDMA_NIC_DFR_AUTO = 0, PDMA_NIC_DFR_CPU, PDMA_NIC_DFR_GPU };
 /* How a receive thread reads its socket: recvmmsg batches (default),
- * io_uring (multishot recvmsg into the ring's slots as provided buffers), or
+ * io_uring (multishot recvmsg into the ring's slots as provided buffers),
  * gro (UDP GRO: recvmmsg batches of coalesced buffers, split into one slot
- * per datagram, rx/gro.c). io_uring and gro are not for the direct path,
- * whose datagrams go through the device. */
-enum pdma_rx_io { PDMA_RX_IO_RECVMMSG = 0, PDMA_RX_IO_URING, PDMA_RX_IO_GRO };
-/* Its name ("recvmmsg", "io_uring", "gro"). */
+ * per datagram, rx/gro.c), or xdp (AF_XDP: an XDP program hands the frames
+ * to an XDP socket per receive thread, on receive queue 0, 1, ... of
+ * xdp_dev, rx/xdp.c; root). Only recvmmsg is for the direct path, whose
+ * datagrams go through the device. */
+enum pdma_rx_io { PDMA_RX_IO_RECVMMSG = 0, PDMA_RX_IO_URING, PDMA_RX_IO_GRO, PDMA_RX_IO_XDP };
+/* Its name ("recvmmsg", "io_uring", "gro", "xdp"). */
 const char *pdma_rx_io_name(enum pdma_rx_io io);
 
 struct pdma_ingest_config {
@@ -64,6 +66,7 @@ struct pdma_ingest_config {
 	int rcvbuf;               /* SO_RCVBUF bytes */
 	enum pdma_rx_path path;
 	enum pdma_rx_io rx_io;
+	const char *xdp_dev;      /* rx_io xdp: the device (NULL: the one holding bind_addr) */
 	struct pdma_dfr_config dfr;
 	struct pdma_domain *domain; /* optional: register rings here (required: direct) */
 	struct pdma_sim *sim;       /* direct path: the simulated GPU holding the rings */
@@ -86,6 +89,8 @@ struct pdma_ingest_totals {
 	double rx_cpu_s;          /* receive threads' CPU time, summed (after stop; 0 before) */
 	double rx_sys_s;          /* ... of which in the kernel (system time) */
 	uint64_t gro_buffers;     /* rx_io gro: receive buffers the datagrams came in */
+	uint64_t xdp_invalid;     /* rx_io xdp: frames with no datagram of ours (checksum, lengths) */
+	uint64_t xdp_stack;       /* rx_io xdp: datagrams the program passed on, via the UDP socket */
 };
 
 /* The session object is the public one (include/peerdma/ingest.h: start,

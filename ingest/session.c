@@ -30,6 +30,7 @@ struct rx_thread {
 	struct pdma_ring ring;
 	struct pdma_rx_sim_dma *dma;  /* direct path: the ring in simulated GPU memory */
 	struct pdma_rx_uring *uring;  /* rx_io io_uring */
+	struct pdma_rx_xsk *xsk;      /* rx_io xdp: its XDP socket, on receive queue i */
 	struct pdma_rx_nic *nic;      /* nic path */
 	bool gpu_registered;
 	double last_batch;            /* GPU paths: when the last batch ran */
@@ -53,6 +54,7 @@ struct pdma_ingest {
 	FILE *progress;
 	double t_start;
 	struct pdma_gpu_batch *gpu; /* GPU paths (host-staged, zero-copy, nic on the GPU) */
+	struct pdma_rx_xdp *xdp;    /* rx_io xdp: the XDP program on the device */
 	struct pdma_frm_cfg frm;    /* nic path: what the frames must carry */
 	bool dfr_thread;            /* the deframer thread runs (not on the nic path) */
 	double last_progress;       /* nic path: when the receive thread printed */
@@ -74,7 +76,8 @@ static double now_s(void)
 
 const char *pdma_rx_io_name(enum pdma_rx_io io)
 {
-	return io == PDMA_RX_IO_URING ? "io_uring" : io == PDMA_RX_IO_GRO ? "gro" : "recvmmsg";
+	return io == PDMA_RX_IO_URING ? "io_uring" : io == PDMA_RX_IO_GRO ? "gro" :
+	       io == PDMA_RX_IO_XDP ? "xdp" : "recvmmsg";
 }
 
 void pdma_ingest_config_default(struct pdma_ingest_config *c)
@@ -133,7 +136,8 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 	    (c->path == PDMA_RX_NIC && (!c->domain || c->threads != 1)))
 		return -EINVAL;
 	if (c->rx_io != PDMA_RX_IO_RECVMMSG &&
-	    ((c->rx_io != PDMA_RX_IO_URING && c->rx_io != PDMA_RX_IO_GRO) || c->path == PDMA_RX_DIRECT))
+	    ((c->rx_io != PDMA_RX_IO_URING && c->rx_io != PDMA_RX_IO_GRO && c->rx_io != PDMA_RX_IO_XDP) ||
+	     c->path == PDMA_RX_DIRECT || c->path == PDMA_RX_NIC))
 		return -EINVAL;
 	ing = calloc(1, sizeof(*ing));
 	if (!ing)
@@ -178,6 +182,14 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 			goto err;
 		if (ing->port == 0) /* ephemeral: the first socket picks, the others join it */
 			ing->port = pdma_rx_socket_port(t->fd);
+		/* The program once the port is known; the sockets keep the port
+		 * ours and take what it passes on. */
+		if (i == 0 && c->rx_io == PDMA_RX_IO_XDP) {
+			ret = pdma_rx_xdp_open(&ing->xdp, c->xdp_dev, c->bind_addr, ing->port, c->slot_size,
+					       msg, msglen);
+			if (ret)
+				goto err;
+		}
 		if (c->path == PDMA_RX_DIRECT) {
 			ret = pdma_rx_sim_dma_open(&t->dma, c->sim, c->domain, c->ring_slots, c->slot_size,
 						   c->batch, &t->ring);
@@ -197,6 +209,8 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 		 * UDP_GRO fails the open, as io_uring's absence does. */
 		if (!ret && c->rx_io == PDMA_RX_IO_GRO)
 			ret = pdma_rx_gro_enable(t->fd);
+		if (!ret && c->rx_io == PDMA_RX_IO_XDP)
+			ret = pdma_rx_xsk_open(&t->xsk, ing->xdp, i, msg, msglen);
 		if (ret)
 			goto err;
 	}
@@ -272,6 +286,8 @@ static void *rx_main(void *arg)
 		t->err = pdma_rx_nic_run(t->nic, &ing->stop, nic_frames, ing, &t->st);
 	else if (t->uring)
 		t->err = pdma_rx_uring_run(t->uring, &ing->stop, &t->st);
+	else if (t->xsk)
+		t->err = pdma_rx_xsk_run(t->xsk, t->fd, &t->ring, ing->c.batch, &ing->stop, &t->st);
 	else if (ing->c.rx_io == PDMA_RX_IO_GRO)
 		t->err = pdma_rx_gro_run(t->fd, &t->ring, ing->c.batch, &ing->stop, &t->st);
 	else
@@ -492,6 +508,7 @@ void pdma_ingest_close(struct pdma_ingest *ing)
 	for (uint32_t i = 0; i < ing->nrx; i++) {
 		struct rx_thread *t = &ing->rx[i];
 		pdma_rx_uring_close(t->uring);
+		pdma_rx_xsk_close(t->xsk);
 		pdma_rx_nic_close(t->nic);
 		if (t->fd >= 0)
 			close(t->fd);
@@ -500,6 +517,7 @@ void pdma_ingest_close(struct pdma_ingest *ing)
 		pdma_ring_fini(&t->ring);
 		pdma_rx_sim_dma_close(t->dma); /* after the ring's registration of its memory */
 	}
+	pdma_rx_xdp_close(ing->xdp); /* after its sockets */
 	/* The pools may outlive the session (blocks still held by DLPack
 	 * views); GPU pools need the GPU deframer until then. */
 	pdma_blocks_close(ing->blocks, gpu_fin, ing->gpu);
@@ -525,6 +543,8 @@ void pdma_ingest_totals(struct pdma_ingest *ing, struct pdma_ingest_totals *t)
 		t->rx_cpu_s += x->cpu_s;
 		t->rx_sys_s += x->sys_s;
 		t->gro_buffers += atomic_load_explicit(&x->st.buffers, memory_order_relaxed);
+		t->xdp_invalid += atomic_load_explicit(&x->st.xdp_invalid, memory_order_relaxed);
+		t->xdp_stack += atomic_load_explicit(&x->st.xdp_stack, memory_order_relaxed);
 		uint64_t h = atomic_load_explicit(&x->ring.head, memory_order_relaxed);
 		uint64_t tl = atomic_load_explicit(&x->ring.tail, memory_order_relaxed);
 		double fill = h > tl ? (double)(h - tl) / x->ring.nslots : 0;
@@ -548,6 +568,23 @@ static const char *path_name(enum pdma_rx_path p)
 	case PDMA_RX_NIC: return "nic";
 	}
 	return "?";
+}
+
+/* rx_io xdp: where the program runs, and what did not come its way. */
+static json_t *xdp_json(const struct pdma_rx_xdp *x, const struct pdma_ingest_totals *t)
+{
+	struct pdma_rx_xdp_info i;
+	json_t *o = json_object();
+
+	pdma_rx_xdp_info(x, &i);
+	json_object_set_new(o, "device", json_string(i.dev));
+	json_object_set_new(o, "mode", json_string(i.mode));
+	json_object_set_new(o, "zerocopy", json_boolean(i.zerocopy));
+	json_object_set_new(o, "udp_csum_checked", json_boolean(!i.csum_trusted));
+	json_object_set_new(o, "umem_frame_bytes", json_integer(i.chunk));
+	json_object_set_new(o, "invalid_frames", json_integer((json_int_t)t->xdp_invalid));
+	json_object_set_new(o, "via_stack", json_integer((json_int_t)t->xdp_stack));
+	return o;
 }
 
 /* The nic path's own report: where the frames landed, what the driver
@@ -613,6 +650,8 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 	json_object_set_new(o, "rx_sys_seconds", json_real(t.rx_sys_s));
 	if (ing->c.rx_io == PDMA_RX_IO_GRO)
 		json_object_set_new(o, "gro_buffers", json_integer((json_int_t)t.gro_buffers));
+	if (ing->xdp)
+		json_object_set_new(o, "xdp", xdp_json(ing->xdp, &t));
 	json_object_set_new(o, "rings_registered", json_boolean(ing->rx[0].ring.mr != NULL));
 	json_object_set_new(o, "malformed_unattributed",
 			    json_integer((json_int_t)ing->dfr.acct.malformed_unattributed));

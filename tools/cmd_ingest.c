@@ -54,9 +54,13 @@ static void usage(FILE *f, const struct pdma_ingest_ext *x)
 		"      --slot-size B     bytes per slot (default 9216)\n"
 		"      --batch N         recvmmsg batch (default 64)\n"
 		"      --rx IO           recvmmsg (default), io_uring (multishot recvmsg into the\n"
-		"                        ring's slots; needs Linux 5.19) or gro (UDP GRO: coalesced\n"
-		"                        buffers split into one slot per datagram; Linux 5.0);\n"
-		"                        io_uring and gro not with --path direct\n"
+		"                        ring's slots; needs Linux 5.19), gro (UDP GRO: coalesced\n"
+		"                        buffers split into one slot per datagram; Linux 5.0) or\n"
+		"                        xdp (AF_XDP: an XDP program hands the datagrams to an XDP\n"
+		"                        socket per thread, on receive queues 0..threads-1; root);\n"
+		"                        only recvmmsg with --path direct\n"
+		"      --xdp-dev DEV     --rx xdp: the network device (default: the one holding\n"
+		"                        --bind's address)\n"
 		"      --no-register     do not register the rings with a peerdma domain\n"
 		"nic path:\n"
 		"      --nic DEV         the NIC (default /dev/peerdma_nic0, drivers/e1000)\n"
@@ -122,6 +126,7 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 		{ "slot-size", required_argument, NULL, 'z' },
 		{ "batch", required_argument, NULL, 'B' },
 		{ "rx", required_argument, NULL, 'X' },
+		{ "xdp-dev", required_argument, NULL, 'x' },
 		{ "chunk", required_argument, NULL, 'K' },
 		{ "no-register", no_argument, NULL, 'N' },
 		{ "sample-rate", required_argument, NULL, 'R' },
@@ -152,8 +157,9 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 						    PDMA_RX_ZERO_COPY, PDMA_RX_NIC };
 	static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
 	static const char *const bufsizes[] = { "2048", "4096", NULL };
-	static const char *const rxs[] = { "recvmmsg", "io_uring", "gro", NULL };
-	static const enum pdma_rx_io rx_v[] = { PDMA_RX_IO_RECVMMSG, PDMA_RX_IO_URING, PDMA_RX_IO_GRO };
+	static const char *const rxs[] = { "recvmmsg", "io_uring", "gro", "xdp", NULL };
+	static const enum pdma_rx_io rx_v[] = { PDMA_RX_IO_RECVMMSG, PDMA_RX_IO_URING, PDMA_RX_IO_GRO,
+						PDMA_RX_IO_XDP };
 	static const char *const zfmts[] = { "ci16", "cf32", NULL };
 	static const char *const zpols[] = { "drop-oldest", "backpressure", NULL };
 	struct pdma_ingest_config *c = &a->c;
@@ -202,6 +208,7 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 			if (!bad)
 				c->rx_io = rx_v[k];
 			break;
+		case 'x': bad = pdma_opt_str(&o, &c->xdp_dev); break;
 		case 'K':
 			bad = pdma_opt_u64(&o, 4096, 1u << 30, &chunk);
 			if (!bad)
@@ -261,7 +268,11 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 	if (c->rx_io != PDMA_RX_IO_RECVMMSG && (c->path == PDMA_RX_DIRECT || c->path == PDMA_RX_NIC))
 		return pdma_opt_fail(&o, c->rx_io == PDMA_RX_IO_URING
 				     ? "--rx io_uring needs a host ring: not with --path direct or nic"
-				     : "--rx gro needs a host ring: not with --path direct or nic");
+				     : c->rx_io == PDMA_RX_IO_GRO
+				     ? "--rx gro needs a host ring: not with --path direct or nic"
+				     : "--rx xdp needs a host ring: not with --path direct or nic");
+	if (c->xdp_dev && c->rx_io != PDMA_RX_IO_XDP)
+		return pdma_opt_fail(&o, "--xdp-dev is for --rx xdp");
 	if (c->path == PDMA_RX_NIC && c->threads != 1)
 		return pdma_opt_fail(&o, "--path nic: one NIC, one receive thread (--threads 1)");
 	return x && x->check ? x->check(x->arg, &o, c) : 0;
@@ -365,6 +376,8 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 		else if (c.rx_io == PDMA_RX_IO_URING && ret == -EOPNOTSUPP)
 			fprintf(stderr, "%s: io_uring receive unavailable here: needs Linux 5.19 "
 					"and io_uring allowed; --rx recvmmsg works everywhere\n", me);
+		else if (c.rx_io == PDMA_RX_IO_XDP && msg[0])
+			fprintf(stderr, "%s: %s\n", me, msg);
 		else if (c.rx_io == PDMA_RX_IO_GRO && ret == -EOPNOTSUPP)
 			fprintf(stderr, "%s: UDP GRO receive unavailable here: needs Linux 5.0; "
 					"--rx recvmmsg works everywhere\n", me);

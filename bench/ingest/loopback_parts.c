@@ -102,6 +102,10 @@ static int c_run(struct pdma_gen_config *g, const struct pdma_ingest_config *ic,
 	json_object_set_new(j, "socket_drops", json_integer((json_int_t)res.totals.socket_drops));
 	json_object_set_new(j, "ring_overruns", json_integer((json_int_t)res.totals.ring_overruns));
 	json_object_set_new(j, "truncated", json_integer((json_int_t)res.totals.truncated));
+	if (ic->rx_io == PDMA_RX_IO_XDP) {
+		json_object_set_new(j, "xdp_via_stack", json_integer((json_int_t)res.totals.xdp_stack));
+		json_object_set_new(j, "xdp_invalid", json_integer((json_int_t)res.totals.xdp_invalid));
+	}
 	json_object_set_new(j, "zero_loss", json_boolean(r->ok));
 	costs_json(j, &r->c, ic->rx_io == PDMA_RX_IO_GRO);
 	json_array_append_new(runs, j);

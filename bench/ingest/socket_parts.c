@@ -17,6 +17,13 @@
  *                       side (its NAPI, as a NIC's would deliver), gen
  *                       sending one datagram a call. Needs root and ip(8);
  *                       skipped, saying why, otherwise.
+ * And a fourth receiver, xdp (AF_XDP, rx/xdp.c), in the rows whose
+ * datagrams reach the device one by one: on loopback (generic XDP, after
+ * the skb is built) and on the veth (native XDP: the veth's NAPI runs the
+ * program before any skb of its own; XDP on a veth needs an MTU the page
+ * holds, so the pair goes to 3000 for that row and back to 9000 after). Not
+ * with GSO (a GSO buffer reaches XDP as one 64 KiB frame, which the program
+ * passes to the stack) nor with the flush timeout (a GRO setting XDP skips).
  * The namespaces (pdg-rx-PID, pdg-tx-PID) and the veth pair are this run's
  * own, and deleted at the end, on error, and on SIGINT/SIGTERM.
  */
@@ -263,6 +270,13 @@ static int veth_flush_timeout(const struct vethns *v, uint32_t ns)
 		  v->rx_dev);
 }
 
+/* Both ends of the veth pair to mtu. */
+static int veth_mtu(const struct vethns *v, unsigned int mtu)
+{
+	return shell("ip -n %s link set %s mtu %u && ip -n %s link set %s mtu %u", v->rx_ns, v->rx_dev, mtu,
+		     v->tx_ns, v->tx_dev, mtu);
+}
+
 static void g_print(const char *label, enum pdma_rx_io io, const struct row_fig *f)
 {
 	char buf[16] = "";
@@ -284,7 +298,8 @@ void part_g(struct ctx *x)
 		 * coalesce; a flush timeout lets it hold them across polls. */
 		{ "veth 1-at-a-time, GRO+t", false, true, 1, 50000 },
 	};
-	static const enum pdma_rx_io ios[] = { PDMA_RX_IO_RECVMMSG, PDMA_RX_IO_URING, PDMA_RX_IO_GRO };
+	static const enum pdma_rx_io ios[] = { PDMA_RX_IO_RECVMMSG, PDMA_RX_IO_URING, PDMA_RX_IO_GRO,
+					       PDMA_RX_IO_XDP };
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	/* As (c): enough senders to outrun one receiver, half the cores (at
 	 * most 8), or --senders; a stream per sender at least (one sender
@@ -347,6 +362,17 @@ void part_g(struct ctx *x)
 			struct row_fig f;
 			if (x->rxlist && !in_list(x->rxlist, pdma_rx_io_name(ios[k])))
 				continue;
+			if (ios[k] == PDMA_RX_IO_XDP && (md->gso || md->flush_ns))
+				continue;
+			if (ios[k] == PDMA_RX_IO_XDP && geteuid() != 0) {
+				printf("%-24s %9s skipped: not root (XDP programs and sockets need CAP_BPF, "
+				       "CAP_NET_ADMIN, CAP_NET_RAW)\n", md->label, "xdp");
+				continue;
+			}
+			if (ios[k] == PDMA_RX_IO_XDP && md->veth && veth_mtu(&v, 3000)) {
+				printf("%-24s %9s skipped: cannot set the veth's MTU to 3000\n", md->label, "xdp");
+				continue;
+			}
 			json_t *o = json_object();
 			json_object_set_new(o, "sender", json_string(md->label));
 			json_object_set_new(o, "gso", json_boolean(md->gso));
@@ -356,6 +382,8 @@ void part_g(struct ctx *x)
 				json_object_set_new(o, "gro_flush_timeout_ns", json_integer(md->flush_ns));
 			c_row(x, PDMA_RX_CPU, "cpu", ios[k], 1, streams, senders, &lo, arr, o, &f);
 			g_print(md->label, ios[k], &f);
+			if (ios[k] == PDMA_RX_IO_XDP && md->veth && veth_mtu(&v, 9000))
+				printf("%-24s cannot set the veth's MTU back to 9000\n", "");
 		}
 	}
 	printf("  limit: what lost first above the best rate: socket (drops: the receive thread behind),\n"

@@ -9,6 +9,9 @@
  *   io_uring.c  one multishot recvmsg into the ring's free slots
  *   gro.c       recvmmsg of UDP GRO buffers, each split into one slot per
  *               datagram
+ *   xdp.c       AF_XDP: an XDP program hands the session's frames to an XDP
+ *               socket, whose datagrams are copied into slots; no skb, no
+ *               receive system call per datagram
  *   sim_dma.c   the "direct" path's last hop: the ring lives in simulated GPU
  *               memory and a simulated DMA device writes each slot by key
  * Thread safety: one receive thread per socket and ring.
@@ -30,6 +33,10 @@ struct pdma_rx_stats {
 	atomic_uint_fast64_t datagrams, bytes, truncated;
 	atomic_uint_fast64_t socket_drops; /* the kernel's count for the socket so far */
 	atomic_uint_fast64_t buffers;      /* gro.c: receive buffers (coalesced or not) */
+	atomic_uint_fast64_t xdp_invalid;  /* xdp.c: frames redirected to us that carry no
+					    * datagram of ours (checksum, lengths) */
+	atomic_uint_fast64_t xdp_stack;    /* xdp.c: datagrams that came through the UDP
+					    * socket instead (not redirected) */
 };
 
 /* ---- socket.c ---- */
@@ -53,6 +60,12 @@ struct pdma_rx_sim_dma;
  * (the direct path). 0 or a negative errno. */
 int pdma_rx_recvmmsg_run(int fd, struct pdma_ring *r, uint32_t batch, struct pdma_rx_sim_dma *dma,
 			 const atomic_bool *stop, struct pdma_rx_stats *st);
+/* One batch of the above (flags: 0, waiting up to the socket's receive
+ * timeout, or MSG_DONTWAIT), *seq the slots' next rx_seq: the datagrams
+ * received and published (a full ring: 1, dropped and counted), 0 when none
+ * came, or a negative errno. */
+int pdma_rx_recvmmsg_batch(int fd, struct pdma_ring *r, uint32_t batch, struct pdma_rx_sim_dma *dma,
+			   int flags, uint32_t *seq, struct pdma_rx_stats *st);
 
 /* ---- gro.c ----
  * UDP GRO receive (UDP_GRO): coalesced buffers, each split into one ring
@@ -107,5 +120,36 @@ uint8_t *pdma_rx_sim_dma_buf(struct pdma_rx_sim_dma *d, uint32_t i);
 int pdma_rx_sim_dma_write(struct pdma_rx_sim_dma *d, const struct pdma_ring *r, uint64_t idx,
 			  const uint8_t *slot);
 void pdma_rx_sim_dma_close(struct pdma_rx_sim_dma *d);
+
+/* ---- xdp.c ----
+ * AF_XDP receive (xdp.c's opening comment has the whole story). One program per session on
+ * one network device, then one XDP socket per receive thread on receive
+ * queue 0, 1, ... Each needs CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW; open
+ * says what is missing in msg. -EOPNOTSUPP where the build has no AF_XDP
+ * support (libxdp, libbpf or clang's BPF target missing). */
+struct pdma_rx_xdp;
+struct pdma_rx_xsk;
+struct pdma_rx_xdp_info {
+	char dev[16];      /* the device the program is attached to */
+	const char *mode;  /* "native" (the driver runs it) or "generic" (after the skb is built) */
+	bool zerocopy;     /* the first socket's: the driver writes into UMEM itself */
+	bool csum_trusted; /* UDP checksums not checked: a loopback or veth device, whose
+			    * local senders leave them to an offload that never runs */
+	uint32_t chunk;    /* UMEM frame bytes */
+};
+/* dev: NULL for the device that holds bind_addr (not the wildcard). */
+int pdma_rx_xdp_open(struct pdma_rx_xdp **x, const char *dev, const char *bind_addr, uint16_t port,
+		     uint32_t slot_size, char *msg, size_t msglen);
+int pdma_rx_xsk_open(struct pdma_rx_xsk **s, struct pdma_rx_xdp *x, uint32_t queue, char *msg,
+		     size_t msglen);
+/* Frames from the XDP socket into slots of r, and datagrams the program did
+ * not redirect from the UDP socket fd, until *stop is set and both have been
+ * quiet for 20 ms. 0 or a negative errno. */
+int pdma_rx_xsk_run(struct pdma_rx_xsk *s, int fd, struct pdma_ring *r, uint32_t batch,
+		    const atomic_bool *stop, struct pdma_rx_stats *st);
+void pdma_rx_xdp_info(const struct pdma_rx_xdp *x, struct pdma_rx_xdp_info *i);
+void pdma_rx_xsk_close(struct pdma_rx_xsk *s);
+/* Detaches the program; after every socket on it is closed. */
+void pdma_rx_xdp_close(struct pdma_rx_xdp *x);
 
 #endif /* PDMA_INGEST_RX_RX_H */

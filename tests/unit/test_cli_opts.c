@@ -49,7 +49,7 @@ struct cmdspec {
 static const char *const paths[] = { "cpu", "direct", "host-staged", "zero-copy", "nic", NULL };
 static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
 static const char *const bufsizes[] = { "2048", "4096", NULL };
-static const char *const rxs[] = { "recvmmsg", "io_uring", "gro", NULL };
+static const char *const rxs[] = { "recvmmsg", "io_uring", "gro", "xdp", NULL };
 static const char *const benches[] = { "reg", "dma", "all", NULL };
 static const char *const zfmts[] = { "ci16", "cf32", NULL };
 static const char *const zpols[] = { "drop-oldest", "backpressure", NULL };
@@ -79,6 +79,7 @@ static const struct optspec ingest_opts[] = {
 	{ "threads", 't', UINT, NULL },     { "path", 0, CHOICE, paths },
 	{ "ring-slots", 0, UINT, NULL },    { "slot-size", 0, UINT, NULL },
 	{ "batch", 0, UINT, NULL },         { "rx", 0, CHOICE, rxs },
+	{ "xdp-dev", 0, STR, NULL },
 	{ "chunk", 0, UINT, NULL },         { "no-register", 0, FLAG, NULL },
 	{ "sample-rate", 0, UINT, NULL },   { "max-streams", 0, UINT, NULL },
 	{ "out-packets", 0, UINT, NULL },   { "duration", 'd', DBL, NULL },
