@@ -184,9 +184,10 @@ void c_row(struct ctx *x, enum pdma_rx_path path, const char *pname, enum pdma_r
 	f->pps = best.sent_pps;
 	f->c = best.c;
 	/* Who lost first: the socket buffer overflowed (the receive thread was
-	 * behind) or the ring (the deframer was). */
+	 * behind), the ring (the deframer was), or neither counted it: lost on
+	 * the way, before any socket (a veth's queue, a backlog). */
 	f->limit = f->failed ? "failed" : f->sender_limited ? "sender" : !loss_rate ? "" :
-		   loss.drops >= loss.overruns ? "socket" : "ring";
+		   !loss.drops && !loss.overruns ? "device" : loss.drops >= loss.overruns ? "socket" : "ring";
 	json_t *o = extra ? extra : json_object();
 	json_object_set_new(o, "path", json_string(pname));
 	json_object_set_new(o, "rx_io", json_string(ioname));

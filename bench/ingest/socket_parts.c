@@ -386,8 +386,9 @@ void part_g(struct ctx *x)
 				printf("%-24s cannot set the veth's MTU back to 9000\n", "");
 		}
 	}
-	printf("  limit: what lost first above the best rate: socket (drops: the receive thread behind),\n"
-	       "  ring (overruns: the deframer behind), sender (no loss at the senders' most).\n");
+	printf("  limit: what lost first above the best rate: socket (drops: the receive thread behind;\n"
+	       "  xdp: its XDP socket's too), ring (overruns: the deframer behind), device (lost before\n"
+	       "  any socket: a veth's queue), sender (no loss at the senders' most).\n");
 	printf("  rx core Mpps*: 1 / (rx ns/dg), the rate the receive thread's CPU time per datagram at the\n"
 	       "  best zero-loss rate allows on one core; an extrapolation (the cost per datagram falls as\n"
 	       "  batches fill), not a measured rate. softirq and all-CPU figures are system-wide, tick-\n"

@@ -221,8 +221,10 @@ int pdma_rx_xdp_open(struct pdma_rx_xdp **out, const char *dev, const char *bind
 		goto err;
 	}
 	x->csum_trusted = csum_left_partial(x->dev);
-	/* A frame must fit after the kernel's XDP headroom: 2048-byte frames
-	 * for datagrams up to 1500 bytes (a 1500 MTU), 4096 for more. */
+	/* A frame, headers and a slot's worth of datagram, must fit after the
+	 * kernel's XDP headroom (256 bytes): 2048-byte frames where a slot
+	 * holds at most 1746 bytes (a 1500-byte MTU's datagrams), 4096 where it
+	 * holds more. Longer frames go to the stack (the program's max_len). */
 	x->chunk = slot_size - PDMA_SLOT_HDR + PDMA_FRM_ETH + PDMA_FRM_VLAN + 28u + XDP_PACKET_HEADROOM <= 2048u
 			   ? 2048u : 4096u;
 	cfg.max_len = x->chunk - XDP_PACKET_HEADROOM;
