@@ -102,8 +102,7 @@ extern const size_t pdma_xdp_prog_obj_len;
 struct pdma_rx_xdp {
 	struct bpf_object *obj;
 	struct bpf_link *link;
-	int map_fd;
-	int ifindex;
+	int map_fd; /* the XSKMAP's (the object owns it) */
 	char dev[IF_NAMESIZE];
 	uint32_t chunk;
 	uint16_t port; /* host order */
@@ -121,7 +120,6 @@ struct pdma_rx_xsk {
 	struct xsk_ring_prod fq;
 	struct xsk_ring_cons cq;
 	struct xsk_ring_cons rx;
-	uint32_t queue;
 };
 
 /* The device that holds IPv4 address addr. */
@@ -199,7 +197,7 @@ int pdma_rx_xdp_open(struct pdma_rx_xdp **out, const char *dev, const char *bind
 	struct bpf_map *rodata, *map;
 	LIBBPF_OPTS(bpf_xdp_query_opts, q);
 	struct in_addr a;
-	int ret;
+	int ifindex, ret;
 
 	*out = NULL;
 	if (!port || slot_size <= PDMA_SLOT_HDR)
@@ -207,15 +205,14 @@ int pdma_rx_xdp_open(struct pdma_rx_xdp **out, const char *dev, const char *bind
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
-	x->map_fd = -1;
 	x->port = port;
 	ret = dev ? 0 : dev_of_addr(bind_addr ? bind_addr : "127.0.0.1", x->dev, msg, msglen);
 	if (ret)
 		goto err;
 	if (dev)
 		snprintf(x->dev, sizeof(x->dev), "%s", dev);
-	x->ifindex = (int)if_nametoindex(x->dev);
-	if (!x->ifindex) {
+	ifindex = (int)if_nametoindex(x->dev);
+	if (!ifindex) {
 		ret = -errno;
 		snprintf(msg, msglen, "--rx xdp: no network device '%s'", x->dev);
 		goto err;
@@ -252,7 +249,7 @@ int pdma_rx_xdp_open(struct pdma_rx_xdp **out, const char *dev, const char *bind
 		goto err;
 	}
 	x->map_fd = bpf_map__fd(map);
-	x->link = bpf_program__attach_xdp(prog, x->ifindex);
+	x->link = bpf_program__attach_xdp(prog, ifindex);
 	ret = x->link ? 0 : -errno;
 	libbpf_set_print(old);
 	if (ret) {
@@ -260,7 +257,7 @@ int pdma_rx_xdp_open(struct pdma_rx_xdp **out, const char *dev, const char *bind
 		goto err;
 	}
 	x->mode = "generic";
-	if (bpf_xdp_query(x->ifindex, 0, &q) == 0 && q.attach_mode == XDP_ATTACHED_DRV)
+	if (bpf_xdp_query(ifindex, 0, &q) == 0 && q.attach_mode == XDP_ATTACHED_DRV)
 		x->mode = "native";
 	*out = x;
 	return 0;
@@ -309,7 +306,6 @@ int pdma_rx_xsk_open(struct pdma_rx_xsk **out, struct pdma_rx_xdp *x, uint32_t q
 	if (!s)
 		return -ENOMEM;
 	s->x = x;
-	s->queue = queue;
 	s->area_bytes = (size_t)NFRAMES * x->chunk;
 	s->area = mmap(NULL, s->area_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
 		       -1, 0);
