@@ -218,23 +218,11 @@ static uint16_t free_port(void)
 static void gen_to_ingest_with(const char *rx, const char *gen_opts)
 {
 	for (int attempt = 0; attempt < 3; attempt++) {
-		uint16_t port = free_port();
-		/* Start gen only once ingest says it is listening (its socket is
-		 * bound), then wait for ingest to stop on its idle timeout. */
-		assert_int_equal(sh("rm -f %s/err; (%s ingest --rx %s -p %u -t 2 -i 800 -j %s/i.json 2>%s/err >/dev/null & "
-				    "echo $! > %s/pid); for k in $(seq 200); do grep -q listening %s/err 2>/dev/null "
-				    "&& break; sleep 0.05; done; %s gen -p %u -s 3 -t 2 -n 3000 --loss 5 --loss-burst 16 "
-				    "--dup 5 --reorder 5 -r 40000 %s -j > %s/g.json && "
-				    "while kill -0 $(cat %s/pid) 2>/dev/null; do sleep 0.1; done",
-				    dir, tool, rx, port, dir, dir, dir, dir, tool, port, gen_opts, dir, dir), 0);
-		char p[256];
-		json_error_t err;
-		snprintf(p, sizeof(p), "%s/g.json", dir);
-		json_t *g = json_load_file(p, 0, &err);
-		snprintf(p, sizeof(p), "%s/i.json", dir);
-		json_t *in = json_load_file(p, 0, &err);
-		assert_non_null(g);
-		assert_non_null(in);
+		char ia[64], ga[128];
+		json_t *g, *in;
+		snprintf(ia, sizeof(ia), "--rx %s -t 2", rx);
+		snprintf(ga, sizeof(ga), "-t 2 %s", gen_opts);
+		gen_to_ingest_run(tool, dir, free_port(), ia, ga, &g, &in);
 		assert_string_equal(json_string_value(json_object_get(in, "rx_io")), rx);
 		if (json_integer_value(json_object_get(in, "socket_drops")) ||
 		    json_integer_value(json_object_get(in, "ring_overruns"))) {

@@ -31,7 +31,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -388,28 +387,15 @@ static void test_errors(void **state)
 static void test_gen_to_ingest(void **state)
 {
 	const char *tool = getenv("PEERDMA_TOOL");
-	char dir[] = "/tmp/pdma-xdp-XXXXXX", cmd[2048], p[256];
-	json_error_t err;
+	char dir[] = "/tmp/pdma-xdp-XXXXXX", cmd[64];
+	json_t *g, *in;
 
 	if (!tool) {
 		printf("skipped: PEERDMA_TOOL not set (run through ctest)\n");
 		skip();
 	}
 	assert_non_null(mkdtemp(dir));
-	snprintf(cmd, sizeof(cmd),
-		 "(%s ingest --rx xdp -p 4995 -i 800 -j %s/i.json 2>%s/err >/dev/null & echo $! > %s/pid); "
-		 "for k in $(seq 200); do grep -q listening %s/err 2>/dev/null && break; sleep 0.05; done; "
-		 "%s gen -p 4995 -s 3 -n 3000 --loss 5 --loss-burst 16 --dup 5 --reorder 5 -r 40000 -j > %s/g.json && "
-		 "while kill -0 $(cat %s/pid) 2>/dev/null; do sleep 0.1; done",
-		 tool, dir, dir, dir, dir, tool, dir, dir);
-	int st = system(cmd);
-	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	snprintf(p, sizeof(p), "%s/g.json", dir);
-	json_t *g = json_load_file(p, 0, &err);
-	snprintf(p, sizeof(p), "%s/i.json", dir);
-	json_t *in = json_load_file(p, 0, &err);
-	assert_non_null(g);
-	assert_non_null(in);
+	gen_to_ingest_run(tool, dir, 4995, "--rx xdp", "", &g, &in);
 	assert_string_equal(json_string_value(json_object_get(in, "rx_io")), "xdp");
 	json_t *x = json_object_get(in, "xdp");
 	assert_string_equal(json_string_value(json_object_get(x, "device")), "lo");

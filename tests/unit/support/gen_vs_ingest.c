@@ -3,9 +3,37 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "support/gen_vs_ingest.h"
+
+void gen_to_ingest_run(const char *tool, const char *dir, uint16_t port, const char *ingest_args,
+		       const char *gen_args, json_t **gen, json_t **ingest)
+{
+	char cmd[2048], p[256];
+	json_error_t err;
+	int st;
+
+	/* Start gen only once ingest says it is listening (its socket is
+	 * bound), then wait for ingest to stop on its idle timeout. */
+	snprintf(cmd, sizeof(cmd),
+		 "rm -f %s/err; (%s ingest -p %u %s -i 800 -j %s/i.json 2>%s/err >/dev/null & echo $! > %s/pid); "
+		 "for k in $(seq 200); do grep -q listening %s/err 2>/dev/null && break; sleep 0.05; done; "
+		 "%s gen -p %u -s 3 -n 3000 --loss 5 --loss-burst 16 --dup 5 --reorder 5 -r 40000 %s -j > %s/g.json && "
+		 "while kill -0 $(cat %s/pid) 2>/dev/null; do sleep 0.1; done",
+		 dir, tool, port, ingest_args, dir, dir, dir, dir, tool, port, gen_args, dir, dir);
+	st = system(cmd);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	snprintf(p, sizeof(p), "%s/g.json", dir);
+	*gen = json_load_file(p, 0, &err);
+	snprintf(p, sizeof(p), "%s/i.json", dir);
+	*ingest = json_load_file(p, 0, &err);
+	assert_non_null(*gen);
+	assert_non_null(*ingest);
+}
 
 static json_t *stream_by_id(json_t *arr, json_int_t id)
 {

@@ -5,6 +5,17 @@
 #define PDMA_TEST_GEN_VS_INGEST_H
 
 #include <jansson.h>
+#include <stdint.h>
+
+/* gen -> ingest as two processes in dir (a directory of the test's own):
+ * `tool ingest -p port ingest_args -i 800 -j dir/i.json` in the background;
+ * once it says it is listening, `tool gen -p port -s 3 -n 3000` with 5 per
+ * mille losses (bursts of 16), duplicates and reorderings at 40,000 packets/s,
+ * plus gen_args; then it waits for ingest to stop on its idle timeout. Both
+ * JSON outputs are loaded into *gen and *ingest (the caller json_decref()s);
+ * a failed command or a missing output fails the running test. */
+void gen_to_ingest_run(const char *tool, const char *dir, uint16_t port, const char *ingest_args,
+		       const char *gen_args, json_t **gen, json_t **ingest);
 
 /* Per stream gen sent (packets data packets each): ingest counted exactly
  * the losses, duplicates and reorderings gen injected, nothing malformed, no
