@@ -3,16 +3,13 @@
  * The domain lock's slow path: the test-and-set exchange, taking a bias
  * away, giving one (lock.h says why and how).
  */
-#include <errno.h>
 #include <limits.h>
-#include <linux/membarrier.h>
 #include <sched.h>
 #include <stdbool.h>
-#include <stdlib.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "mr/lock.h"
+#include "mr/membarrier.h"
 
 /* At most this many runs between biases: one take-away per 2^30 takes. */
 #define BIAS_AFTER_MAX (1UL << 30)
@@ -26,53 +23,6 @@ static void backoff(unsigned int spins)
 		sched_yield();
 }
 
-static long membarrier(int cmd)
-{
-	return syscall(__NR_membarrier, cmd, 0, 0);
-}
-
-/*
- * Registration for MEMBARRIER_CMD_PRIVATE_EXPEDITED belongs to the process
- * (its mm), not to a lock: one state for all locks. 0: not asked yet, 1:
- * registered, -1: unusable (no bias is ever given).
- */
-static atomic_int membarrier_state;
-
-static bool membarrier_ready(void)
-{
-	int s = atomic_load_explicit(&membarrier_state, memory_order_relaxed);
-	long cmds;
-
-	if (s)
-		return s > 0;
-	cmds = membarrier(MEMBARRIER_CMD_QUERY);
-	s = cmds >= 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-	    !membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) ? 1 : -1;
-	atomic_store_explicit(&membarrier_state, s, memory_order_relaxed);
-	return s > 0;
-}
-
-/*
- * A full fence on every running thread of the process. It cannot fail once
- * a bias was given (the registration succeeded then); should it (a seccomp
- * filter installed since), MEMBARRIER_CMD_GLOBAL gives the same guarantee,
- * slowly. Without either, the owner may be inside the lock and no wait can
- * tell: continuing would break the exclusion, so the process stops.
- */
-static void fence_all_threads(void)
-{
-	if (!membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED))
-		return;
-	/* EPERM: this process is not registered (a forked child, where the
-	 * kernel did not carry the parent's registration over). */
-	if (errno == EPERM && !membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) &&
-	    !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED))
-		return;
-	if (!membarrier(MEMBARRIER_CMD_GLOBAL))
-		return;
-	abort();
-}
-
 void pdma_bias_init(struct pdma_bias_lock *l)
 {
 	*l = (struct pdma_bias_lock){ .bias_after = PDMA_BIAS_AFTER };
@@ -81,14 +31,14 @@ void pdma_bias_init(struct pdma_bias_lock *l)
 	 * VM), a stall that belongs in an open, not in the registration that
 	 * happens to be the PDMA_BIAS_AFTER-th. With one thread it is
 	 * microseconds. */
-	membarrier_ready();
+	pdma_membarrier_ready();
 }
 
 /* Held: the owner o loses the bias, and is out of the lock on return. */
 static void take_away(struct pdma_bias_lock *l, struct pdma_bias_owner *o)
 {
 	atomic_store_explicit(&l->bias, NULL, memory_order_relaxed);
-	fence_all_threads();
+	pdma_membarrier_fence();
 	for (unsigned int spins = 0; atomic_load_explicit(&o->in, memory_order_acquire); spins++)
 		backoff(spins);
 	l->taken_away++;
@@ -102,7 +52,7 @@ static void give(struct pdma_bias_lock *l, uintptr_t self)
 	struct pdma_bias_owner *o = NULL;
 
 	l->streak = 0;
-	if (!membarrier_ready()) {
+	if (!pdma_membarrier_ready()) {
 		l->bias_after = ULONG_MAX;
 		return;
 	}
