@@ -11,7 +11,10 @@
  * buffer ID): DMA must stop (pdma_region_dma_begin fails), the pin stays
  * until the last put.
  *
- * Thread safety: every call from any thread. get/put on a hit take no lock.
+ * Thread safety: every call from any thread. get/put on a hit take no lock
+ * and write nothing another thread's hit reads (a thread's references are
+ * counted in its own memory: lib/cache/shard.c), so threads hitting the
+ * same regions do not slow each other down.
  * Closing a cache while other threads use it is undefined (as fi_close).
  */
 #ifndef PDMA_LIB_CACHE_H

@@ -4,7 +4,8 @@
  * object and the functions its files share. The design (policy, concurrency,
  * reference counts) is described at the top of cache.c; each structure has
  * its file: slab.c (entry memory), index.c (hash table, skip list, lookup),
- * lru.c (LRU stamps, heap, eviction), env.c (limits from the environment).
+ * lru.c (LRU stamps, heap, eviction), shard.c (per-thread reference counts),
+ * env.c (limits from the environment).
  * Nothing here is seen outside lib/cache/ (cache.h is the interface).
  */
 #ifndef PDMA_LIB_CACHE_CACHE_INT_H
@@ -72,6 +73,33 @@ static inline uint64_t lru_stamp(void)
 }
 
 /* ---------------------------------------------------------------------------
+ * Per-thread reference counts (shard.c explains them).
+ */
+#define PDMA_CACHE_SHARDS 64
+/* Added to an entry's count while its references are counted in shards, so
+ * that a reference dropped on the entry's own count (a thread without a shard,
+ * a path that does not look) never takes it to zero while shards may hold
+ * more. Taken off when the shards are folded back. */
+#define FAST_BIAS (1 << 28)
+
+/* One entry's count and LRU stamp in one thread's shard: written by that
+ * thread alone, read by the writer when it folds the shards back. */
+struct shard_slot {
+	_Atomic int64_t cnt;    /* references taken minus dropped through this shard */
+	_Atomic uint64_t stamp; /* the stamp of the last put through it */
+};
+
+/* A thread with a shard. busy is its half of the exclusion with a fold. */
+struct pdma_cache_thr {
+	atomic_int busy;        /* 1 while it counts in its shard (stored by it alone) */
+	unsigned int idx;       /* its shard */
+	size_t off;             /* idx * SHARD_STRIDE: where its slots start in a chunk's */
+} __attribute__((aligned(64)));
+
+extern TLS struct pdma_cache_thr *pdma_cache_self;
+struct pdma_cache_thr *pdma_cache_thr_attach(void);
+
+/* ---------------------------------------------------------------------------
  * Index entries and structures.
  */
 struct retire {
@@ -80,9 +108,11 @@ struct retire {
 };
 
 /*
- * One cache line holds everything a hit (get + put) touches: the key, the
- * reference count, the lookup-validity flag and the LRU stamp. The region
- * handed to callers follows it; get returns &e->r and put finds e by
+ * One cache line holds everything a hit (get + put) reads: the key, the
+ * lookup-validity flag and the counting mode. A hit writes none of it (its
+ * count and LRU stamp go to the thread's shard slot), so that the line stays
+ * shared by every core that hits it. The
+ * region handed to callers follows it; get returns &e->r and put finds e by
  * subtraction, so neither touches the region's own lines.
  */
 struct entry {
@@ -91,25 +121,35 @@ struct entry {
 	const struct pdma_mem_ops *_Atomic ops;
 	void *_Atomic be;
 	_Atomic uint64_t buffer_id;
-	_Atomic int32_t refcnt;       /* see "Reference counts" above */
+	_Atomic int32_t refcnt;       /* see "Reference counts" in cache.c */
 	_Atomic uint8_t iface;
 	atomic_bool valid;            /* false: never returned by a lookup again */
 	_Atomic uint8_t verify;       /* check the buffer ID on every hit (TAG_CHECK,
 				       * or an unwatched region under TRUST_WATCHED) */
-	_Atomic uint64_t last_use;    /* LRU stamp (put) */
+	atomic_bool fast;             /* references counted in the threads' shards
+				       * (shard.c); changed under the cache lock */
+	_Atomic uint64_t last_use;    /* LRU stamp of a put outside the shards */
 	/* --- cold --- */
 	struct pdma_region r;         /* what callers see (its refcnt is unused) */
 	struct pdma_cache *cache;
 	uint64_t heap_key;            /* writer: stamp when (re)placed in the heap */
 	size_t heap_idx;              /* writer: heap position; SIZE_MAX: not in it */
 	bool indexed;                 /* writer: in hash, skip list and heap */
+	bool folding;                 /* writer: fast until this fold (shard.c) */
 	int levels;                   /* here, in indexed's padding: see SL_MAX */
 	struct entry *defer_next;
-	struct retire rt;
+	struct { struct retire *next; } rt; /* victims, drop and slab-free lists */
 	struct entry *_Atomic next[]; /* skip list, levels entries */
 } __attribute__((aligned(64)));
 
 _Static_assert(offsetof(struct entry, r) == 64, "hot fields fill one cache line");
+
+/* An entry with its skip-list links, whole cache lines; the slab's unit. */
+#define ENTRY_SIZE ((offsetof(struct entry, next) + SL_MAX * sizeof(struct entry *) + 63) & \
+		    ~(size_t)63)
+/* One shard's slots for the entries of one slab chunk, whole pages. */
+#define SHARD_STRIDE (((SLAB_CHUNK / ENTRY_SIZE) * sizeof(struct shard_slot) + 4095) & \
+		      ~(size_t)4095)
 _Static_assert(offsetof(struct entry, next) + SL_MAX * sizeof(void *) <= 6 * 64,
 	       "an entry and its links fit six cache lines (SL_MAX)");
 
@@ -227,17 +267,71 @@ bool pdma_cache_entry_unref_last(struct entry *e);
 void pdma_cache_entry_unref(struct entry *e);
 void pdma_cache_entry_unref_deferred(struct entry *e);
 
+/* shard.c: the writer's side (under c->lock). fold: e's references back on
+ * its own count, which is then exact (no-op where e is not fast); for many
+ * entries with one fence: fold_start each (true: it was fast), fold_wait
+ * once, fold_finish each. fast_on: count them in the shards again;
+ * last_use: e's newest LRU stamp. */
+void pdma_cache_fold(struct entry *e);
+bool pdma_cache_fold_start(struct entry *e);
+void pdma_cache_fold_wait(void);
+void pdma_cache_fold_finish(struct entry *e);
+void pdma_cache_fast_on(struct entry *e);
+uint64_t pdma_cache_last_use(const struct entry *e);
+void pdma_cache_shard_fork_child(void);
+int pdma_cache_shard_init(void);
+
+/* e's slot in t's shard: the slab chunk's slots follow the chunk (slab.c). */
+static inline struct shard_slot *shard_slot(const struct entry *e, const struct pdma_cache_thr *t)
+{
+	uintptr_t a = (uintptr_t)e, chunk = a & ~(uintptr_t)(SLAB_CHUNK - 1);
+
+	return (struct shard_slot *)(chunk + SLAB_CHUNK + t->off) + (a - chunk) / ENTRY_SIZE;
+}
+
+/*
+ * Count d references (and, with a stamp, a put's LRU stamp) in the calling
+ * thread's shard, if e counts there now: plain stores to a line of the
+ * thread's own. False: not counted; the caller uses e's own count.
+ * busy is set before fast is read, and a fold clears fast, fences every
+ * thread (membarrier) and then waits for busy: either this sees fast clear,
+ * or the fold sees busy and waits until the slot holds what was added.
+ */
+static inline bool shard_count(struct entry *e, int64_t d, uint64_t stamp)
+{
+	struct pdma_cache_thr *t = pdma_cache_self;
+	bool ok;
+
+	if (unlikely(!t) && !(t = pdma_cache_thr_attach()))
+		return false;
+	atomic_store_explicit(&t->busy, 1, memory_order_relaxed);
+	/* The CPU's half of the fence is the fold's membarrier(). */
+	atomic_signal_fence(memory_order_seq_cst);
+	ok = atomic_load_explicit(&e->fast, memory_order_relaxed);
+	if (likely(ok)) {
+		struct shard_slot *s = shard_slot(e, t);
+
+		atomic_store_explicit(&s->cnt, RLX(s->cnt) + d, memory_order_relaxed);
+		if (d < 0 && stamp)
+			atomic_store_explicit(&s->stamp, stamp, memory_order_relaxed);
+	}
+	atomic_store_explicit(&t->busy, 0, memory_order_release);
+	return ok;
+}
+
+/* cache.c: entry_tryref's and try_hit's rare halves, out of line so that the
+ * hit path around them stays inline. tryref_slow: the reference on the
+ * entry's own count (false: dying or dead, the increment undone); put: drop
+ * a reference a lookup took. */
+bool pdma_cache_entry_tryref_slow(struct entry *e);
+void pdma_cache_entry_put(struct entry *e);
+
 /* Take a reference on an entry found through the index. False: it is dying
- * or dead (the transient increment is undone). The caller then re-checks the
- * key: the slot may have been recycled for another region. */
+ * or dead. The caller then re-checks the key: the slot may have been
+ * recycled for another region. */
 static inline bool entry_tryref(struct entry *e)
 {
-	int32_t old = atomic_fetch_add_explicit(&e->refcnt, 1, memory_order_acq_rel);
-
-	if (likely(old > 0))
-		return true;
-	pdma_cache_entry_unref(e);
-	return false;
+	return likely(shard_count(e, 1, 0)) || pdma_cache_entry_tryref_slow(e);
 }
 
 /* ---------------------------------------------------------------------------
@@ -250,8 +344,9 @@ static inline bool entry_matches(struct entry *e, const struct pdma_mem_ops *ops
 	       RLX(e->be) == be && RLX(e->iface) == (uint8_t)iface;
 }
 
-/* Reference e if it is a valid region covering the request. */
-static inline bool try_hit(struct entry *e, const struct pdma_mem_ops *ops, void *be,
+/* Reference e if it is a valid region covering the request. Inline in every
+ * lookup: the hit is a handful of loads and the shard's count. */
+static inline __attribute__((always_inline)) bool try_hit(struct entry *e, const struct pdma_mem_ops *ops, void *be,
 			   enum pdma_hmem_iface iface, uint64_t s, uint64_t end)
 {
 	if (!entry_matches(e, ops, be, iface, s, end) || !RLX(e->valid) || !entry_tryref(e))
@@ -260,7 +355,7 @@ static inline bool try_hit(struct entry *e, const struct pdma_mem_ops *ops, void
 	if (likely(entry_matches(e, ops, be, iface, s, end) &&
 		   atomic_load_explicit(&e->valid, memory_order_acquire)))
 		return true;
-	pdma_cache_entry_unref(e);
+	pdma_cache_entry_put(e);
 	return false;
 }
 

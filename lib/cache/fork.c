@@ -56,6 +56,7 @@ void pdma_cache_fork_parent(void)
 
 void pdma_cache_fork_child(void)
 {
+	pdma_cache_shard_fork_child();
 	for (struct pdma_fork_node *n = caches.head; n; n = n->next) {
 		struct pdma_cache *c = cache_of(n);
 

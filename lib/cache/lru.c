@@ -5,9 +5,13 @@
  * and eviction of unreferenced entries in that order.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "cache/cache_int.h"
+
+/* Eviction folds this many entries at the heap's top with one fence. */
+#define FOLD_BATCH 64
 
 struct pdma_cache_lru_line pdma_cache_lru_global;
 TLS uint64_t pdma_cache_lru_local;
@@ -98,6 +102,25 @@ void pdma_cache_heap_remove(struct pdma_cache *c, struct entry *e)
 }
 
 /*
+ * The eviction candidates near the heap's top count on their own lines from
+ * here on: the candidate and the fast entries among the first FOLD_BATCH
+ * slots of the heap (its top levels: the oldest stamps, roughly), folded
+ * with one fence (shard.c). Those not evicted now are likely the next.
+ */
+static void fold_top(struct pdma_cache *c)
+{
+	bool fold = false;
+
+	for (size_t i = 0; i < c->heap_len && i < FOLD_BATCH; i++)
+		fold |= pdma_cache_fold_start(c->heap[i]);
+	if (!fold)
+		return;
+	pdma_cache_fold_wait();
+	for (size_t i = 0; i < c->heap_len && i < FOLD_BATCH; i++)
+		pdma_cache_fold_finish(c->heap[i]);
+}
+
+/*
  * Evict unreferenced regions in LRU order (under c->lock) onto *victims
  * (linked through rt.next, unpinned by the caller outside the lock).
  * Matching: same backend if ops != NULL. Stops once need_count regions and
@@ -111,16 +134,22 @@ size_t pdma_cache_evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops
 
 	while (c->heap_len && (got < need_count || gotb < need_bytes)) {
 		struct entry *e = c->heap[0];
-		uint64_t lu = atomic_load_explicit(&e->last_use, memory_order_relaxed);
+		uint64_t lu = pdma_cache_last_use(e);
 		int expect = 1;
+		bool other;
 
 		if (lu != e->heap_key) {
-			/* Used since it was placed: re-sort by its newer stamp. */
+			/* Used since it was placed: re-sort by its newer stamp,
+			 * and count in the shards again if a fold took it out. */
 			e->heap_key = lu;
+			pdma_cache_fast_on(e);
 			heap_down(c, 0);
 			continue;
 		}
-		if ((ops && (e->ops != ops || e->be != be)) ||
+		other = ops && (e->ops != ops || e->be != be);
+		if (!other && atomic_load_explicit(&e->fast, memory_order_relaxed))
+			fold_top(c); /* the count exact before it is tested */
+		if (other ||
 		    !atomic_compare_exchange_strong_explicit(&e->refcnt, &expect, REF_DEAD,
 							     memory_order_acq_rel,
 							     memory_order_relaxed)) {
@@ -140,7 +169,7 @@ size_t pdma_cache_evict_lru(struct pdma_cache *c, const struct pdma_mem_ops *ops
 		c->st.evictions++;
 	}
 	for (size_t i = 0; i < naside; i++) {
-		aside[i]->heap_key = atomic_load_explicit(&aside[i]->last_use, memory_order_relaxed);
+		aside[i]->heap_key = pdma_cache_last_use(aside[i]);
 		if (pdma_cache_heap_push(c, aside[i])) {
 			/* Out of memory for the heap: the entry stays indexed but
 			 * can no longer be evicted; it goes at close. */
