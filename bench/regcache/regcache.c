@@ -23,8 +23,16 @@
  *
  * usage: bench_regcache [--reps N] [--threads N] [--ops N] [--sizes a,b,c]
  *                       [--json FILE] [--dat FILE] [--note TEXT] [--quick] [--no-miss]
- *                       [--no-hit] [--disjoint] [--miss-ops N] [--latency]
+ *                       [--no-hit] [--disjoint] [--spread] [--ucx-ops N] [--miss-ops N]
+ *                       [--latency]
  *
+ * --spread: pin thread t to the t-th CPU in an order that takes one hardware
+ * thread of each core before any core's second (sysfs topology), so that 2
+ * threads run on 2 cores, not on the two hardware threads of one, whose
+ * shared issue width would hide what the cache itself scales to.
+ * --ucx-ops N: UCX's hit rows run N operations a thread instead of --ops:
+ * from 4 threads on UCX takes microseconds a hit, and runs long enough for
+ * peerdma's rows to outlast the host's noise would take minutes for UCX.
  * --miss-ops N: regions inserted per repetition of the miss rows (default
  * 100000; the sim row inserts N/4), to compare the miss at several sizes.
  * --latency: the physical floors next to the rows: one dependent load at
@@ -36,6 +44,7 @@
 #include <inttypes.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +66,11 @@ enum kind { K_PDMA, K_UCX };
 enum pattern { P_SEQ, P_RAND, P_MISS };
 
 static bool disjoint; /* hit rows: each thread its own slice of the regions */
+/* --spread: thread t runs on spread_cpu[t % n_spread], one CPU of each core
+ * first, then the cores' second hardware threads */
+static int spread_cpu[CPU_SETSIZE], n_spread, n_cores;
+/* --ucx-ops: UCX's hit rows run this many operations a thread (0: --ops) */
+static size_t ucx_hit_ops;
 
 /* ---------------------------------------------------------------- backends */
 
@@ -213,9 +227,46 @@ struct work {
 	size_t len, nregions, ops;
 	uint64_t seed, first; /* P_MISS: index of this thread's first fresh region */
 	pthread_barrier_t *bar;
+	int idx;
 	double secs;
 	size_t errors;
 };
+
+/* The allowed CPUs, each core's first hardware thread first (sysfs
+ * topology: the lowest CPU of thread_siblings_list), so that N threads
+ * pinned in this order use N cores while there are that many. */
+static int spread_init(void)
+{
+	int second[CPU_SETSIZE], n2 = 0;
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return -errno;
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		char path[96];
+		FILE *f;
+		int first = c;
+
+		if (!CPU_ISSET(c, &set))
+			continue;
+		snprintf(path, sizeof(path),
+			 "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", c);
+		f = fopen(path, "r");
+		if (f) {
+			if (fscanf(f, "%d", &first) != 1)
+				first = c;
+			fclose(f);
+		}
+		if (first == c)
+			spread_cpu[n_spread++] = c;
+		else
+			second[n2++] = c;
+	}
+	n_cores = n_spread;
+	for (int i = 0; i < n2; i++)
+		spread_cpu[n_spread++] = second[i];
+	return n_spread ? 0 : -ENOENT;
+}
 
 static double now(void)
 {
@@ -263,6 +314,13 @@ static void *worker(void *arg)
 	size_t errs = 0;
 	double t0;
 
+	if (n_spread) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(spread_cpu[w->idx % n_spread], &set);
+		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
 	pthread_barrier_wait(w->bar);
 	t0 = now();
 	if (x->kind == K_PDMA)
@@ -295,7 +353,7 @@ static struct result run_threads(struct cachex *x, enum pattern pat, uint64_t ba
 		w[t] = (struct work){ .x = x, .pat = pat, .base = base, .stride = stride, .len = len,
 				      .nregions = nregions, .ops = ops,
 				      .seed = seed * 7919 + (uint64_t)t * 104729 + 1,
-				      .first = first + (size_t)t * ops, .bar = &bar };
+				      .first = first + (size_t)t * ops, .bar = &bar, .idx = t };
 		if (disjoint && pat != P_MISS && nregions >= (size_t)threads) {
 			w[t].nregions = nregions / (size_t)threads;
 			w[t].base = base + (uint64_t)t * w[t].nregions * stride;
@@ -392,8 +450,9 @@ static void bench_hits(size_t nregions, int maxthreads, int reps, size_t ops, vo
 				for (int k = 0; k < 2; k++) {
 					/* Alternate which goes first, to share drift. */
 					int kk = rep % 2 ? 1 - k : k;
+					size_t n = kk == K_UCX && ucx_hit_ops ? ucx_hit_ops : ops;
 					struct result r = run_threads(&x[kk], pv[p], base, STRIDE, HPG,
-								      nregions, ops, threads,
+								      nregions, n, threads,
 								      (uint64_t)rep + 1, 0);
 
 					rw->ns_all[kk][rep] = r.ns;
@@ -645,7 +704,14 @@ int main(int argc, char **argv)
 			no_miss = true;
 		else if (!strcmp(argv[i], "--no-hit"))
 			no_hit = true;
-		else if (!strcmp(argv[i], "--disjoint"))
+		else if (!strcmp(argv[i], "--ucx-ops") && i + 1 < argc)
+			ucx_hit_ops = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--spread")) {
+			if (spread_init()) {
+				fprintf(stderr, "--spread: cannot read the CPU topology\n");
+				return 2;
+			}
+		} else if (!strcmp(argv[i], "--disjoint"))
 			disjoint = true;
 		else if (!strcmp(argv[i], "--latency"))
 			latency = true;
@@ -663,7 +729,7 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: %s [--reps N] [--threads N] [--ops N] [--sizes a,b,c] "
 				"[--json FILE] [--dat FILE] [--note TEXT] [--quick] [--miss-ops N] [--no-miss] "
-				"[--no-hit] [--disjoint] [--latency]\n",
+				"[--no-hit] [--disjoint] [--spread] [--ucx-ops N] [--latency]\n",
 				argv[0]);
 			return 2;
 		}
@@ -727,8 +793,13 @@ int main(int argc, char **argv)
 	json_object_set_new(root, "machine", jm);
 	json_object_set_new(root, "reps", json_integer(reps));
 	json_object_set_new(root, "ops_per_thread", json_integer((json_int_t)ops));
+	json_object_set_new(root, "ucx_ops_per_thread",
+			    json_integer((json_int_t)(ucx_hit_ops ? ucx_hit_ops : ops)));
 	json_object_set_new(root, "miss_ops", json_integer((json_int_t)miss_ops));
 	json_object_set_new(root, "hit_regions", json_string(disjoint ? "disjoint" : "shared"));
+	json_object_set_new(root, "spread", n_spread ? json_pack("{si si}", "cores", n_cores,
+								    "cpus", n_spread) :
+						       json_null());
 	json_object_set_new(root, "statistic", json_string("median of reps; ns per get+put per thread"));
 	jr = json_array();
 	for (int i = 0; i < nrows; i++) {
