@@ -376,6 +376,13 @@ static void test_blocks_callback(void **state)
 	 * exactly; with them, every placed packet is still in a block or
 	 * counted. */
 	uint64_t rx_drops = st.socket_drops + st.ring_overruns;
+	print_message("callback: %llu received, %llu socket drops, %llu ring overruns, %llu placed, "
+		      "%llu window drops, %llu late; gaps %llu / %llu, gen lost %llu / %llu\n",
+		      (unsigned long long)st.datagrams, (unsigned long long)st.socket_drops,
+		      (unsigned long long)st.ring_overruns, (unsigned long long)st.packets_placed,
+		      (unsigned long long)st.window_drops, (unsigned long long)st.late,
+		      (unsigned long long)c[0].gaps, (unsigned long long)c[1].gaps,
+		      (unsigned long long)j.lost[0], (unsigned long long)j.lost[1]);
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(c[i].pkts, 1000);
 		assert_true(c[i].gaps >= j.lost[i]);
