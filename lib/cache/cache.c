@@ -275,26 +275,19 @@ static size_t invalidate_locked(struct pdma_cache *c, enum pdma_hmem_iface iface
 	rec->iface = iface;
 	size_t budget = SIZE_MAX;
 
-	bool fold = false;
-
 	for (e = pdma_cache_sl_lower_bound(c, lo, &budget); e && e->start < end; e = n) {
 		n = atomic_load_explicit(&e->next[0], memory_order_relaxed);
 		if (e->iface != iface || e->end <= addr)
 			continue;
 		atomic_store_explicit(&e->valid, false, memory_order_release);
 		pdma_cache_index_remove(c, e);
-		fold |= pdma_cache_fold_start(e);
 		e->rt.next = (struct retire *)*drop;
 		*drop = e;
 		cnt++;
 		c->st.invalidations++;
 	}
 	/* The index's references go next (drop_list): count exactly first. */
-	if (fold) {
-		pdma_cache_fold_wait();
-		for (e = *drop; e; e = (struct entry *)e->rt.next)
-			pdma_cache_fold_finish(e);
-	}
+	pdma_cache_fold_list(*drop);
 	return cnt;
 }
 
@@ -381,8 +374,6 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 	atomic_init(&c->live, 1);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->slab_lock, NULL);
-	/* The links start at offsetof(next), before sizeof's tail padding. */
-	c->entry_size = ENTRY_SIZE;
 	/* The hash table starts at the size of the configured limit (load 1/2,
 	 * at most HT_PRESIZE_MAX buckets): growing from 64 buckets rehashed every
 	 * entry about once more, a cold line each, in the writer's critical
@@ -462,7 +453,6 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 void pdma_cache_close(struct pdma_cache *c)
 {
 	struct entry *drop = NULL;
-	bool fold = false;
 
 	if (!c)
 		return;
@@ -474,7 +464,6 @@ void pdma_cache_close(struct pdma_cache *c)
 		struct entry *e = c->heap[0];
 
 		pdma_cache_index_remove(c, e);
-		fold |= pdma_cache_fold_start(e);
 		e->rt.next = (struct retire *)drop;
 		drop = e;
 	}
@@ -483,15 +472,10 @@ void pdma_cache_close(struct pdma_cache *c)
 	     e = n) {
 		n = atomic_load_explicit(&e->next[0], memory_order_relaxed);
 		pdma_cache_index_remove(c, e);
-		fold |= pdma_cache_fold_start(e);
 		e->rt.next = (struct retire *)drop;
 		drop = e;
 	}
-	if (fold) {
-		pdma_cache_fold_wait();
-		for (struct entry *e = drop; e; e = (struct entry *)e->rt.next)
-			pdma_cache_fold_finish(e);
-	}
+	pdma_cache_fold_list(drop);
 	atomic_store(&c->closed, true);
 	pthread_mutex_unlock(&c->lock);
 	/* Not revoked: the memory is still there and users may still DMA. */
@@ -815,11 +799,10 @@ static int get_slow(struct pdma_cache *c, const struct pdma_mem_ops *ops, void *
 				  &victims);
 		if (c->count + 1 <= c->attr.max_count && c->bytes + plen <= c->attr.max_size) {
 			atomic_fetch_add_explicit(&e->refcnt, 1, memory_order_relaxed);
-			if (pdma_cache_index_insert(c, e)) {
+			if (pdma_cache_index_insert(c, e))
 				atomic_fetch_sub_explicit(&e->refcnt, 1, memory_order_relaxed);
-			} else {
+			else
 				indexed = true;
-			}
 		}
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -111,9 +111,9 @@ struct retire {
  * One cache line holds everything a hit (get + put) reads: the key, the
  * lookup-validity flag and the counting mode. A hit writes none of it (its
  * count and LRU stamp go to the thread's shard slot), so that the line stays
- * shared by every core that hits it. The
- * region handed to callers follows it; get returns &e->r and put finds e by
- * subtraction, so neither touches the region's own lines.
+ * shared by every core that hits it. The region handed to callers follows
+ * it; get returns &e->r and put finds e by subtraction, so neither touches
+ * the region's own lines.
  */
 struct entry {
 	struct entry *_Atomic hnext;  /* hash chain */
@@ -144,7 +144,8 @@ struct entry {
 
 _Static_assert(offsetof(struct entry, r) == 64, "hot fields fill one cache line");
 
-/* An entry with its skip-list links, whole cache lines; the slab's unit. */
+/* An entry with its skip-list links, whole cache lines; the slab's unit. The
+ * links start at offsetof(next), before sizeof's tail padding. */
 #define ENTRY_SIZE ((offsetof(struct entry, next) + SL_MAX * sizeof(struct entry *) + 63) & \
 		    ~(size_t)63)
 /* One shard's slots for the entries of one slab chunk, whole pages. */
@@ -194,7 +195,6 @@ struct pdma_cache {
 	pthread_mutex_t slab_lock;
 	struct entry *slab_free;
 	void *chunks;                  /* linked through their first word */
-	size_t entry_size;
 
 	struct retire *old_tables;     /* outgrown hash tables, freed at the end */
 
@@ -268,11 +268,13 @@ void pdma_cache_entry_unref(struct entry *e);
 void pdma_cache_entry_unref_deferred(struct entry *e);
 
 /* shard.c: the writer's side (under c->lock). fold: e's references back on
- * its own count, which is then exact (no-op where e is not fast); for many
- * entries with one fence: fold_start each (true: it was fast), fold_wait
- * once, fold_finish each. fast_on: count them in the shards again;
- * last_use: e's newest LRU stamp. */
+ * its own count, which is then exact (no-op where e is not fast); fold_list:
+ * the same for a list linked through rt.next, with one fence for them all
+ * (fold_start each, true where it was fast; fold_wait once; fold_finish
+ * each: the steps, for other collections). fast_on: count them in the
+ * shards again; last_use: e's newest LRU stamp. */
 void pdma_cache_fold(struct entry *e);
+void pdma_cache_fold_list(struct entry *list);
 bool pdma_cache_fold_start(struct entry *e);
 void pdma_cache_fold_wait(void);
 void pdma_cache_fold_finish(struct entry *e);
@@ -346,8 +348,9 @@ static inline bool entry_matches(struct entry *e, const struct pdma_mem_ops *ops
 
 /* Reference e if it is a valid region covering the request. Inline in every
  * lookup: the hit is a handful of loads and the shard's count. */
-static inline __attribute__((always_inline)) bool try_hit(struct entry *e, const struct pdma_mem_ops *ops, void *be,
-			   enum pdma_hmem_iface iface, uint64_t s, uint64_t end)
+static inline __attribute__((always_inline)) bool
+try_hit(struct entry *e, const struct pdma_mem_ops *ops, void *be, enum pdma_hmem_iface iface,
+	uint64_t s, uint64_t end)
 {
 	if (!entry_matches(e, ops, be, iface, s, end) || !RLX(e->valid) || !entry_tryref(e))
 		return false;

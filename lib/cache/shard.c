@@ -147,7 +147,7 @@ void pdma_cache_fast_on(struct entry *e)
 
 /* Wait until no other thread is inside shard_count with a fast it read
  * before the caller cleared it. */
-static void quiesce(void)
+void pdma_cache_fold_wait(void)
 {
 	struct pdma_cache_thr *self = pdma_cache_self;
 	uint64_t others;
@@ -186,11 +186,6 @@ bool pdma_cache_fold_start(struct entry *e)
 	return e->folding;
 }
 
-void pdma_cache_fold_wait(void)
-{
-	quiesce();
-}
-
 /* After the wait: e's slots on its own count, which is exact from now on. */
 void pdma_cache_fold_finish(struct entry *e)
 {
@@ -217,9 +212,22 @@ void pdma_cache_fold_finish(struct entry *e)
 void pdma_cache_fold(struct entry *e)
 {
 	if (pdma_cache_fold_start(e)) {
-		quiesce();
+		pdma_cache_fold_wait();
 		pdma_cache_fold_finish(e);
 	}
+}
+
+void pdma_cache_fold_list(struct entry *list)
+{
+	bool fold = false;
+
+	for (struct entry *e = list; e; e = (struct entry *)e->rt.next)
+		fold |= pdma_cache_fold_start(e);
+	if (!fold)
+		return;
+	pdma_cache_fold_wait();
+	for (struct entry *e = list; e; e = (struct entry *)e->rt.next)
+		pdma_cache_fold_finish(e);
 }
 
 uint64_t pdma_cache_last_use(const struct entry *e)

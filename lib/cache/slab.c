@@ -90,9 +90,9 @@ static int slab_grow(struct pdma_cache *c)
 		munmap(a + span, (size_t)(m + len - (a + span)));
 	madvise(a, SLAB_CHUNK, MADV_HUGEPAGE);
 	/* The first slot holds the chunk link; carve the rest. */
-	n = SLAB_CHUNK / c->entry_size;
+	n = SLAB_CHUNK / ENTRY_SIZE;
 	for (size_t i = n - 1; i >= 1; i--) {
-		struct entry *e = (struct entry *)(a + i * c->entry_size);
+		struct entry *e = (struct entry *)(a + i * ENTRY_SIZE);
 
 		atomic_init(&e->refcnt, REF_DEAD);
 		e->rt.next = (struct retire *)first;
