@@ -53,14 +53,12 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdint.h>
 
 #include "cache/cache_int.h"
 #include "mr/lock.h"
 #include "mr/membarrier.h"
 
-#define FOLD_SPIN 64
 /* Where no shard was free, try again after this many counts on the entry. */
 #define ATTACH_RETRY 4096
 
@@ -166,12 +164,8 @@ void pdma_cache_fold_wait(void)
 		struct pdma_cache_thr *t = &thr[__builtin_ctzll(others)];
 
 		for (unsigned int spins = 0; atomic_load_explicit(&t->busy, memory_order_acquire);
-		     spins++) {
-			if (spins < FOLD_SPIN)
-				pdma_cpu_relax();
-			else
-				sched_yield(); /* preempted inside: let it finish */
-		}
+		     spins++)
+			pdma_spin_backoff(spins); /* preempted inside: let it finish */
 	}
 	atomic_thread_fence(memory_order_acquire);
 }

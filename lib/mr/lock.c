@@ -4,7 +4,6 @@
  * away, giving one (lock.h says why and how).
  */
 #include <limits.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <unistd.h>
 
@@ -13,15 +12,6 @@
 
 /* At most this many runs between biases: one take-away per 2^30 takes. */
 #define BIAS_AFTER_MAX (1UL << 30)
-
-/* Spin a little, then yield: a holder that was preempted gets to run. */
-static void backoff(unsigned int spins)
-{
-	if (spins < 64)
-		pdma_cpu_relax();
-	else
-		sched_yield();
-}
 
 void pdma_bias_init(struct pdma_bias_lock *l)
 {
@@ -40,7 +30,7 @@ static void take_away(struct pdma_bias_lock *l, struct pdma_bias_owner *o)
 	atomic_store_explicit(&l->bias, NULL, memory_order_relaxed);
 	pdma_membarrier_fence();
 	for (unsigned int spins = 0; atomic_load_explicit(&o->in, memory_order_acquire); spins++)
-		backoff(spins);
+		pdma_spin_backoff(spins);
 	l->taken_away++;
 	if (l->bias_after < BIAS_AFTER_MAX)
 		l->bias_after *= 2;
@@ -77,7 +67,7 @@ void pdma_bias_lock_slow(struct pdma_bias_lock *l)
 		if (!atomic_load_explicit(&l->held, memory_order_relaxed) &&
 		    !atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
 			break;
-		backoff(spins);
+		pdma_spin_backoff(spins);
 	}
 	/* The owner may be inside still: until it is out, touch nothing but
 	 * the bias (its unlock reads and clears holder). */

@@ -46,6 +46,7 @@
 #ifndef PDMA_LIB_MR_LOCK_H
 #define PDMA_LIB_MR_LOCK_H
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/single_threaded.h>
@@ -83,6 +84,16 @@ static inline void pdma_cpu_relax(void)
 #elif defined(__aarch64__)
 	__asm__ volatile("yield");
 #endif
+}
+
+/* One step of a wait on another thread: spin a little, then yield, so that
+ * a thread preempted where it is waited for gets to run. */
+static inline void pdma_spin_backoff(unsigned int spins)
+{
+	if (spins < 64)
+		pdma_cpu_relax();
+	else
+		sched_yield();
 }
 
 static inline uintptr_t pdma_thread_self(void)
