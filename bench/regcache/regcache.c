@@ -30,9 +30,10 @@
  * thread of each core before any core's second (sysfs topology), so that 2
  * threads run on 2 cores, not on the two hardware threads of one, whose
  * shared issue width would hide what the cache itself scales to.
- * --ucx-ops N: UCX's hit rows run N operations a thread instead of --ops:
- * from 4 threads on UCX takes microseconds a hit, and runs long enough for
- * peerdma's rows to outlast the host's noise would take minutes for UCX.
+ * --ucx-ops N: UCX's hit rows run N operations a thread instead of --ops.
+ * From 4 threads on UCX takes microseconds a hit: the runs peerdma's rows
+ * need to outlast the host's noise (millions of hits a thread) would take
+ * UCX minutes.
  * --miss-ops N: regions inserted per repetition of the miss rows (default
  * 100000; the sim row inserts N/4), to compare the miss at several sizes.
  * --latency: the physical floors next to the rows: one dependent load at
