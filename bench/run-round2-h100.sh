@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # Performance round 2 (issue 15): the rows of its table re-measured on the GPU
-# machine's host in one call of the device tool, from a build made here whose
-# shared libraries the machine lacks travel in BUILD/dev (cmocka, jansson,
-# liburing, UCX's libucs/libucm and libnuma):
-#  1. bench_regcache: hits at 10k and 100k regions with 1 and N = 2, 4, 8, 16
-#     threads, all threads on the same regions and each on its own slice
-#     (--disjoint), UCX's rcache side by side (miss + pin: step 5);
+# machine (an H100 until 2026-11-25, an H200 since; the name stays, the results
+# files cite it) and its host, each benchmark in one run, from a build made
+# here whose shared libraries the machine lacks travel in BUILD/dev (cmocka,
+# jansson, liburing, libsodium, libxdp, UCX's libucs/libucm, libnuma) and ip(8)
+# in BUILD/dev/bin:
+#  1. bench_regcache: hits at 10k and 100k regions, 1 thread against UCX's
+#     rcache (--reps 7, 2M operations each), then N = 2, 4, 8, 16 threads
+#     pinned one a core first (--spread), all threads on the same regions and
+#     each on its own slice (--disjoint), UCX's rows UCX_OPS a thread;
 #  2. peerdma bench reg: the public API's cached reg+close and misses;
 #  3. bench_cuda: the CUDA registration rows (hooks, tag check, host memory);
-#  4. bench_ingest (a) at 64 B - 1500 B against the D2D copy of the same run,
-#     and (c) gen -> ingest over loopback, 1500 B, 1-4 receive threads;
+#  4. bench_ingest (a) at 64 B - 1500 B against the D2D copy of the same run;
 #  5. bench_regcache's miss rows alone, cold and warm, at 10k and 100k new
-#     regions a repetition (is the miss flat?), and its --latency floors.
+#     regions a repetition (is the miss flat?), and its --latency floors;
+#  6. the host's ceiling for the thread rows (bench_regcache --ceiling, 1-16
+#     threads as step 1 places them), then 2 threads on CPUs 0,1 and on 0,8:
+#     the ceiling and the shared 10k hit rows;
+#  7. the socket path: bench/ingest/run-xdp.sh's steps SOCKET_PARTS (default
+#     23: bench_ingest (g), every receiver, and the goal row at fixed rates).
 # Each writes its table (.txt) and JSON under OUT. One call's 10 minutes do
-# not hold them all: PARTS (default 12345) picks steps, THREADS (default
+# not hold them all: PARTS (default 1234567) picks steps, THREADS (default
 # "2 4 8 16") the thread counts of step 1, ROUNDS (default 2) the new/old
-# rounds of steps 2 and 3; UCX's rcache takes microseconds a
-# hit with 4 or more threads, so step 1 runs 200k operations a thread.
+# rounds of steps 2 and 3.
 # usage: [PARTS=..] [THREADS=..] [ROUNDS=..] bench/run-round2-h100.sh BUILD OUT
 set -uo pipefail
 . "$(dirname "$0")/device-env.sh" "${1:?build dir}"
@@ -28,18 +34,24 @@ mkdir -p "$OUT"
 	echo "$(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 } | tee "$OUT/regcache.txt"
 
-PARTS=${PARTS:-12345}
+PARTS=${PARTS:-1234567}
 if [[ $PARTS == *1* ]]; then
 echo "=== 1. bench_regcache"
-for t in ${THREADS:-2 4 8 16}; do
-	for mode in shared disjoint; do
-		flag=
-		[ $mode = disjoint ] && flag=--disjoint
-		echo "--- threads $t, $mode"
-		timeout 150 "$B/bench/regcache/bench_regcache" --sizes 10000,100000 --threads $t --no-miss \
-			--reps 3 --ops 200000 $flag --json "$OUT/rc-$t-$mode.json"
+{
+	echo "--- threads 1"
+	timeout 150 "$B/bench/regcache/bench_regcache" --sizes 10000,100000 --threads 1 --no-miss \
+		--reps 7 --ops 2000000 --json "$OUT/rc-1-shared.json"
+	for t in ${THREADS:-2 4 8 16}; do
+		for mode in shared disjoint; do
+			flag=
+			[ $mode = disjoint ] && flag=--disjoint
+			echo "--- threads $t, $mode"
+			timeout 150 "$B/bench/regcache/bench_regcache" --sizes 10000,100000 --threads $t \
+				--no-miss --reps 5 --ops 2000000 --spread --ucx-ops "${UCX_OPS:-20000}" $flag \
+				--json "$OUT/rc-$t-$mode.json"
+		done
 	done
-done >>"$OUT/regcache.txt" 2>&1
+} >>"$OUT/regcache.txt" 2>&1
 grep -E "^hit rand +10000|^---" "$OUT/regcache.txt"
 fi
 
@@ -74,8 +86,8 @@ grep -iE "^---|reg|close|host|hit" "$OUT/bench-cuda.txt" | head -60
 fi
 
 if [[ $PARTS == *4* ]]; then
-echo "=== 4. bench_ingest (a), (c)"
-timeout 300 "$B/bench/ingest/bench_ingest" --parts ac --sizes 64,256,1024,1500 --rx recvmmsg,io_uring \
+echo "=== 4. bench_ingest (a)"
+timeout 300 "$B/bench/ingest/bench_ingest" --parts a --sizes 64,256,1024,1500 \
 	--json "$OUT/ingest.json" >"$OUT/ingest.txt" 2>&1
 echo "rc=$?"
 cat "$OUT/ingest.txt"
@@ -91,6 +103,29 @@ echo "--- floors: DRAM latency, a cache line between two cores" >>"$OUT/regcache
 timeout 120 "$B/bench/regcache/bench_regcache" --no-hit --no-miss --latency \
 	--json "$OUT/rc-latency.json" >>"$OUT/regcache-miss.txt" 2>&1
 grep -E "^miss|^---|KiB|cache line" "$OUT/regcache-miss.txt"
+fi
+
+if [[ $PARTS == *6* ]]; then
+echo "=== 6. the host's ceiling for the thread rows"
+{
+	echo "--- 1-16 threads, --spread"
+	timeout 120 "$B/bench/regcache/bench_regcache" --no-hit --no-miss --ceiling --threads 16 \
+		--spread --reps 5 --json "$OUT/rc-ceiling.json"
+	for cpus in 0,1 0,8; do
+		echo "--- 2 threads on CPUs $cpus"
+		taskset -c $cpus timeout 100 "$B/bench/regcache/bench_regcache" --sizes 10000 --threads 2 \
+			--no-miss --reps 5 --ops 2000000 --spread --ucx-ops 20000 --ceiling \
+			--json "$OUT/rc-pair-$cpus.json"
+	done
+} >"$OUT/ceiling.txt" 2>&1
+grep -vE "^(workload|ns:)" "$OUT/ceiling.txt"
+fi
+
+if [[ $PARTS == *7* ]]; then
+echo "=== 7. the socket path (run-xdp.sh)"
+PARTS=${SOCKET_PARTS:-23} bash "$(dirname "$0")/ingest/run-xdp.sh" "$B" "$OUT" >/dev/null 2>&1
+echo "rc=$?"
+cat "$OUT/xdp.txt"
 fi
 
 # the regcache runs in one file (the device tool returns at most 8)

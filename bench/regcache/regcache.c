@@ -24,7 +24,7 @@
  * usage: bench_regcache [--reps N] [--threads N] [--ops N] [--sizes a,b,c]
  *                       [--json FILE] [--dat FILE] [--note TEXT] [--quick] [--no-miss]
  *                       [--no-hit] [--disjoint] [--spread] [--ucx-ops N] [--miss-ops N]
- *                       [--latency]
+ *                       [--latency] [--ceiling]
  *
  * --spread: pin thread t to the t-th CPU in an order that takes one hardware
  * thread of each core before any core's second (sysfs topology), so that 2
@@ -40,6 +40,14 @@
  * footprints from 256 KiB to 1 GiB (a lookup's working set outgrowing L2,
  * L3), and one cache line passed between two threads (a hit on a region
  * another core wrote last).
+ * --ceiling: what the host gives N threads that share nothing of the cache,
+ * at 1, 2, 4, 8 ... --threads threads, pinned as the hit rows are: the
+ * physical ceiling of the hit rows' N-thread / 1-thread ratio. Three loops
+ * a thread: a dependent xorshift chain in registers (the cores alone:
+ * frequency, hardware threads sharing a core, vCPUs sharing a host's), and
+ * independent random 64-byte loads from an array the size of the 10k-region
+ * cache's footprint, shared by all threads and then one each (the memory
+ * hierarchy's share, as the shared and --disjoint hit rows draw on it).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -308,6 +316,18 @@ static double now(void)
 		}                                                                             \
 	} while (0)
 
+/* --spread: the calling thread, the idx-th of a run, onto its CPU */
+static void spread_pin(int idx)
+{
+	cpu_set_t set;
+
+	if (!n_spread)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(spread_cpu[idx % n_spread], &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
 static void *worker(void *arg)
 {
 	struct work *w = arg;
@@ -315,13 +335,7 @@ static void *worker(void *arg)
 	size_t errs = 0;
 	double t0;
 
-	if (n_spread) {
-		cpu_set_t set;
-
-		CPU_ZERO(&set);
-		CPU_SET(spread_cpu[w->idx % n_spread], &set);
-		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-	}
+	spread_pin(w->idx);
 	pthread_barrier_wait(w->bar);
 	t0 = now();
 	if (x->kind == K_PDMA)
@@ -671,19 +685,145 @@ static double handoff_ns(void)
 	return t0 / (2.0 * (double)p.n) * 1e9;
 }
 
+/* --ceiling: the host's share of the N-thread / 1-thread ratio, with nothing
+ * of the cache in the loop (see the top of the file). */
+enum probe { PR_ALU, PR_SHARED, PR_PRIVATE, PR_N };
+static const char *const probe_name[PR_N] = { "alu", "load-shared", "load-private" };
+/* about the 10k-region cache: 10,000 entries of six 64-byte lines (3.7 MiB) */
+#define PROBE_BYTES (4u << 20)
+
+struct probe_work {
+	enum probe kind;
+	const uint64_t *lines; /* eight words a line */
+	size_t nlines, ops;
+	uint64_t seed, sink;
+	pthread_barrier_t *bar;
+	int idx;
+	double secs;
+};
+
+static void *probe_worker(void *arg)
+{
+	struct probe_work *w = arg;
+	uint64_t s = w->seed | 1, acc = 0;
+	double t0;
+
+	spread_pin(w->idx);
+	pthread_barrier_wait(w->bar);
+	t0 = now();
+	for (size_t k = 0; k < w->ops; k++) {
+		s ^= s << 13;
+		s ^= s >> 7;
+		s ^= s << 17;
+		/* the hit rows' draw; the loads are independent, as hits are */
+		if (w->kind != PR_ALU)
+			acc += w->lines[(size_t)(((unsigned __int128)s * w->nlines) >> 64) * 8];
+	}
+	w->secs = now() - t0;
+	w->sink = acc + s; /* keeps the loop */
+	return NULL;
+}
+
+/* Mops/s in total (operations / the slowest thread's time) of one run */
+static double probe_run(enum probe kind, const uint64_t *lines, size_t nlines, size_t ops,
+			int threads, uint64_t seed)
+{
+	pthread_t th[64];
+	struct probe_work w[64];
+	pthread_barrier_t bar;
+	double maxs = 0;
+	uint64_t sink = 0;
+
+	pthread_barrier_init(&bar, NULL, (unsigned)threads);
+	for (int t = 0; t < threads; t++) {
+		size_t n = kind == PR_PRIVATE ? nlines / (size_t)threads : nlines;
+
+		w[t] = (struct probe_work){ .kind = kind, .lines = lines, .nlines = n, .ops = ops,
+					    .seed = seed * 7919 + (uint64_t)t * 104729 + 1,
+					    .bar = &bar, .idx = t };
+		if (kind == PR_PRIVATE)
+			w[t].lines = lines + (size_t)t * n * 8;
+		if (t)
+			pthread_create(&th[t], NULL, probe_worker, &w[t]);
+	}
+	probe_worker(&w[0]);
+	for (int t = 1; t < threads; t++)
+		pthread_join(th[t], NULL);
+	for (int t = 0; t < threads; t++) {
+		if (w[t].secs > maxs)
+			maxs = w[t].secs;
+		sink += w[t].sink;
+	}
+	pthread_barrier_destroy(&bar);
+	if (sink == 42) /* never: the sums must look used */
+		puts("");
+	return (double)ops * threads / maxs / 1e6;
+}
+
+/* 1, 2, 4 ... maxthreads threads, each probe reps times (the probes
+ * alternating within a repetition, to share drift); prints the table and
+ * returns its JSON */
+static json_t *bench_ceiling(int maxthreads, int reps)
+{
+	const size_t nlines = PROBE_BYTES / 64, ops[PR_N] = { 20000000, 20000000, 20000000 };
+	uint64_t *lines = mmap(NULL, PROBE_BYTES, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	double one[PR_N] = { 0 };
+	json_t *ja = json_array();
+
+	if (lines == MAP_FAILED) {
+		perror("ceiling: mmap");
+		exit(1);
+	}
+	for (size_t i = 0; i < nlines * 8; i++)
+		lines[i] = i;
+	printf("\nhost ceiling (--ceiling): Mops/s in total, and the ratio to 1 thread; "
+	       "%u KiB arrays, median of %d\n%7s", PROBE_BYTES >> 10, reps, "threads");
+	for (int p = 0; p < PR_N; p++)
+		printf(" | %12s %6s", probe_name[p], "ratio");
+	printf("\n");
+	for (int threads = 1; threads <= maxthreads;
+	     threads = threads * 2 > maxthreads && threads < maxthreads ? maxthreads : threads * 2) {
+		printf("%7d", threads);
+		for (int p = 0; p < PR_N; p++) {
+			double v[64], m;
+			json_t *o = json_object(), *a = json_array();
+
+			for (int r = 0; r < reps; r++) {
+				v[r] = probe_run((enum probe)p, lines, nlines, ops[p], threads,
+						 (uint64_t)r + 1);
+				json_array_append_new(a, json_real(v[r]));
+			}
+			m = median(v, reps);
+			if (threads == 1)
+				one[p] = m;
+			printf(" | %12.1f %6.2f", m, m / one[p]);
+			json_object_set_new(o, "probe", json_string(probe_name[p]));
+			json_object_set_new(o, "threads", json_integer(threads));
+			json_object_set_new(o, "mops_total", json_real(m));
+			json_object_set_new(o, "ratio_to_1", json_real(m / one[p]));
+			json_object_set_new(o, "mops_samples", a);
+			json_array_append_new(ja, o);
+		}
+		printf("\n");
+	}
+	munmap(lines, PROBE_BYTES);
+	return ja;
+}
+
 int main(int argc, char **argv)
 {
 	int reps = 5, threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	size_t ops = 2000000, miss_ops = 100000;
 	size_t sizes[8] = { 1000, 10000, 100000 }, nsizes = 3;
 	const char *json_path = NULL, *dat_path = NULL, *note = NULL;
-	bool no_miss = false, no_hit = false, latency = false;
+	bool no_miss = false, no_hit = false, latency = false, ceiling = false;
 	static const size_t lat_sizes[] = { 256u << 10, 2u << 20, 8u << 20, 32u << 20, 256u << 20, 1u << 30 };
 	double lat_ns[sizeof(lat_sizes) / sizeof(lat_sizes[0])];
 	const size_t nlat = sizeof(lat_sizes) / sizeof(lat_sizes[0]);
 	size_t mem_slots, max_regions = 0;
 	void *mem;
-	json_t *root, *jr, *jm;
+	json_t *root, *jr, *jm, *jc = NULL;
 	double la[3] = { 0 }, load_start, handoff = 0;
 
 	for (int i = 1; i < argc; i++) {
@@ -716,6 +856,8 @@ int main(int argc, char **argv)
 			disjoint = true;
 		else if (!strcmp(argv[i], "--latency"))
 			latency = true;
+		else if (!strcmp(argv[i], "--ceiling"))
+			ceiling = true;
 		else if (!strcmp(argv[i], "--quick")) {
 			reps = 3;
 			ops = 200000;
@@ -730,7 +872,7 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: %s [--reps N] [--threads N] [--ops N] [--sizes a,b,c] "
 				"[--json FILE] [--dat FILE] [--note TEXT] [--quick] [--miss-ops N] [--no-miss] "
-				"[--no-hit] [--disjoint] [--spread] [--ucx-ops N] [--latency]\n",
+				"[--no-hit] [--disjoint] [--spread] [--ucx-ops N] [--latency] [--ceiling]\n",
 				argv[0]);
 			return 2;
 		}
@@ -785,6 +927,8 @@ int main(int argc, char **argv)
 		printf("one cache line passed between two threads (ping-pong, one way; the floor of a "
 		       "hit on a region another core hit last): %.1f ns\n", handoff);
 	}
+	if (ceiling)
+		jc = bench_ceiling(threads, reps);
 
 	root = json_object();
 	jm = json_object();
@@ -839,6 +983,8 @@ int main(int argc, char **argv)
 		json_object_set_new(root, "latency", jl);
 		json_object_set_new(root, "line_handoff_ns", json_real(handoff));
 	}
+	if (jc)
+		json_object_set_new(root, "ceiling", jc);
 	if (json_path && json_dump_file(root, json_path, JSON_INDENT(2)))
 		fprintf(stderr, "cannot write %s\n", json_path);
 	json_decref(root);
