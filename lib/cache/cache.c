@@ -34,8 +34,9 @@
  *
  * Concurrency
  *  - The hit path takes no lock and writes nothing shared: a hash probe on
- *    the start page (inline), then bounded walks of the hash chains or of a
- *    skip list ordered by start (lookups inside a region); the reference and
+ *    the start page (inline), then for a lookup inside a region two probes
+ *    of a span table for each size class in use, or past eight classes a
+ *    skip list ordered by start (index.c), all bounded; the reference and
  *    the put's LRU stamp go to the calling thread's shard slot for the entry
  *    (plain stores to a line only that thread writes: shard.c). The entry's
  *    own line is only read, so N threads hitting a common set of regions

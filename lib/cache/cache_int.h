@@ -3,7 +3,7 @@
  * Inside the registration cache (lib/cache/): the index entry, the cache
  * object and the functions its files share. The design (policy, concurrency,
  * reference counts) is described at the top of cache.c; each structure has
- * its file: slab.c (entry memory), index.c (hash table, skip list, lookup),
+ * its file: slab.c (entry memory), index.c (hash tables, skip list, lookup),
  * lru.c (LRU stamps, heap, eviction), shard.c (per-thread reference counts),
  * env.c (limits from the environment).
  * Nothing here is seen outside lib/cache/ (cache.h is the interface).
@@ -134,11 +134,13 @@ struct entry {
 	struct pdma_cache *cache;
 	uint64_t heap_key;            /* writer: stamp when (re)placed in the heap */
 	size_t heap_idx;              /* writer: heap position; SIZE_MAX: not in it */
-	bool indexed;                 /* writer: in hash, skip list and heap */
+	bool indexed;                 /* writer: in the tables, skip list and heap */
 	bool folding;                 /* writer: fast until this fold (shard.c) */
 	int levels;                   /* here, in indexed's padding: see SL_MAX */
 	struct entry *defer_next;
 	struct { struct retire *next; } rt; /* victims, drop and slab-free lists */
+	struct entry *_Atomic snext;  /* span chain (index.c): read only by a lookup
+				       * inside a region, after the hot line's miss */
 	struct entry *_Atomic next[]; /* skip list, levels entries */
 } __attribute__((aligned(64)));
 
@@ -154,6 +156,8 @@ _Static_assert(offsetof(struct entry, r) == 64, "hot fields fill one cache line"
 _Static_assert(offsetof(struct entry, next) + SL_MAX * sizeof(void *) <= 6 * 64,
 	       "an entry and its links fit six cache lines (SL_MAX)");
 
+/* Two chain heads a bucket: b[0, mask] by start page (hash_start), then
+ * b[mask + 1, 2 mask + 1] by span (index.c, hash_span). */
 struct htab {
 	size_t mask;
 	unsigned shift;
@@ -171,6 +175,8 @@ struct pdma_cache {
 	uint64_t id;
 	struct htab *_Atomic ht;
 	_Atomic uint64_t max_len;      /* longest region ever indexed */
+	_Atomic uint64_t span_classes; /* bit m: a region of span class m was ever
+					* indexed (index.c) */
 	enum pdma_cache_mode mode[PDMA_CACHE_NIFACE];
 	bool uffd;
 	bool memhooks;
@@ -235,7 +241,8 @@ int pdma_cache_array_grow(void **arr, size_t *cap, size_t min, size_t sz);
 size_t pdma_cache_htab_bytes(const struct htab *t);
 void pdma_cache_slab_destroy(struct pdma_cache *c);
 
-/* index.c: hash table on the start page, skip list by start, lookup. */
+/* index.c: hash tables on the start page and on the span, skip list by
+ * start, lookup. */
 struct htab *pdma_cache_htab_new(size_t nb);
 /* limit: how many entries a lock-free reader may step over (0: writer, under
  * c->lock, unbounded). */

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * Registration cache (lib/cache/), the index: hit and miss, overlapping and
- * adjacent registrations (never merged), pdma_cache_find, close with users.
+ * adjacent registrations (never merged), lookups inside regions (the span
+ * table and, past its classes, the skip list), pdma_cache_find, close with
+ * users.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -148,6 +150,78 @@ static void test_adjacent_no_merge(void **state)
 	assert_int_equal(f.live, 0);
 }
 
+/*
+ * Lookups inside regions: every page of regions of many lengths, placed
+ * across the granule boundaries of their span classes (index.c), is a hit on
+ * the lock-free path (no pin, no slow hit). First with six classes in use
+ * (the span table's probes), then with ten (past SPAN_CLASSES_MAX: the skip
+ * list). An invalidated region is gone from the lookup inside it too.
+ */
+static void check_inside(struct pdma_cache *c, struct fake_mem *f, struct pdma_region **r,
+			 const uint64_t *at, const size_t *pages, int n)
+{
+	for (int i = 0; i < n; i++) {
+		for (size_t p = 0; p < pages[i]; p++) {
+			struct pdma_region *x = get_ok(c, f, at[i] + p * PG + 7, 100);
+
+			assert_ptr_equal(x, r[i]);
+			pdma_cache_put(c, x);
+		}
+		/* the whole region, and its last page to one past the end */
+		assert_ptr_equal(get_ok(c, f, at[i], pages[i] * PG), r[i]);
+		pdma_cache_put(c, r[i]);
+	}
+}
+
+static void test_inside(void **state)
+{
+	/* 1 .. 21 pages: span classes 2^16 .. 2^21 bytes (six); 9 .. 257 pages
+	 * add 2^22 .. 2^25 (ten) */
+	static const size_t pages[] = { 1, 2, 3, 5, 8, 13, 21, 9, 33, 65, 129, 257 };
+	enum { N = sizeof(pages) / sizeof(pages[0]), FEW = 7 };
+	struct fake_mem f;
+	struct pdma_cache *c;
+	struct pdma_region *r[N], *x;
+	struct pdma_cache_stats s;
+	uint64_t at[N], a = BASE + 67 * PG;
+	unsigned pins;
+
+	(void)state;
+	fake_init(&f, 1024);
+	c = open_cache(100, (size_t)1 << 40);
+	for (int i = 0; i < N; i++) {
+		/* one page off a granule; one region exactly on its granule;
+		 * the rest one after another, a page apart */
+		at[i] = i == 0 ? BASE + 3 * PG : i == 1 ? BASE + 64 * PG : a;
+		if (i > 1)
+			a += (pages[i] + 1) * PG;
+		r[i] = get_ok(c, &f, at[i], pages[i] * PG);
+		pdma_cache_put(c, r[i]);
+		if (i + 1 == FEW || i + 1 == N) {
+			pins = f.pins;
+			check_inside(c, &f, r, at, pages, i + 1);
+			assert_int_equal(f.pins, pins);
+			stats(c, &s);
+			assert_int_equal(s.slow_hits, 0);
+		}
+	}
+
+	/* one page past the end: another region */
+	x = get_ok(c, &f, at[5] + (pages[5] - 1) * PG, 2 * PG);
+	assert_ptr_not_equal(x, r[5]);
+	assert_int_equal(f.pins, pins + 1);
+	pdma_cache_put(c, x);
+	/* invalidated: a lookup inside pins anew (the slab may hand the new
+	 * region the same entry: its start tells) */
+	assert_int_equal(pdma_cache_invalidate(c, PDMA_HMEM_SIM, at[6], pages[6] * PG), 1);
+	x = get_ok(c, &f, at[6] + 10 * PG, PG);
+	assert_int_equal(x->start, at[6] + 10 * PG);
+	assert_int_equal(f.pins, pins + 2);
+	pdma_cache_put(c, x);
+	pdma_cache_close(c);
+	assert_int_equal(f.live, 0);
+}
+
 /* pdma_cache_find: hits only, only in TRUST mode, never pins, never queries. */
 static void test_find(void **state)
 {
@@ -228,6 +302,7 @@ int main(void)
 		cmocka_unit_test(test_hit_miss),
 		cmocka_unit_test(test_overlap_no_merge),
 		cmocka_unit_test(test_adjacent_no_merge),
+		cmocka_unit_test(test_inside),
 		cmocka_unit_test(test_find),
 		cmocka_unit_test(test_close_with_users),
 	};

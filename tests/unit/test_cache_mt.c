@@ -343,9 +343,10 @@ static void test_mt_hits_chaos(void **state)
  * size of max_count, capped (lib/cache: HT_PRESIZE_MAX, 2^18 buckets at load
  * 1/2): the caches above never grow it, so this one asks for more regions
  * than the cap and inserts past it while hitters look up regions inserted
- * first. A rehash may give a reader a false miss, which the locked slow path
- * must turn into a hit: no region may be pinned twice, and every region must
- * still be found afterwards.
+ * first, at their start (the start table) and inside them (the span table:
+ * the hot regions are two pages long). A rehash may give a reader a false
+ * miss, which the locked slow path must turn into a hit: no region may be
+ * pinned twice, and every region must still be found afterwards.
  */
 #define GROW_N 140000 /* past 2^17 regions: one doubling */
 #define GROW_HOT 64
@@ -389,9 +390,10 @@ static void *grow_hitter(void *arg)
 	while (!atomic_load(&stop)) {
 		for (size_t i = 0; i < GROW_HOT; i++) {
 			struct pdma_region *r;
+			uint64_t a = grow_addr(i) + (g->gets & 1) * 4096;
 
-			if (pdma_cache_get(g->c, &grow_ops, NULL, PDMA_HMEM_SIM, grow_addr(i), 4096,
-					   NULL, &r) != 0 || r != g->hot[i]) {
+			if (pdma_cache_get(g->c, &grow_ops, NULL, PDMA_HMEM_SIM, a, 4096, NULL,
+					   &r) != 0 || r != g->hot[i]) {
 				atomic_fetch_add(&errors, 1);
 				return NULL;
 			}
@@ -421,7 +423,7 @@ static void test_mt_grow(void **state)
 	atomic_store(&stop, 0);
 	for (size_t i = 0; i < GROW_HOT; i++) {
 		assert_int_equal(pdma_cache_get(c, &grow_ops, NULL, PDMA_HMEM_SIM, grow_addr(i),
-						4096, NULL, &hot[i]),
+						2 * 4096, NULL, &hot[i]),
 				 0);
 		pdma_cache_put(c, hot[i]);
 	}
@@ -446,13 +448,21 @@ static void test_mt_grow(void **state)
 	}
 	assert_int_equal(atomic_load(&errors), 0);
 	assert_int_equal(atomic_load(&grow_pins), GROW_N);
-	/* After the growth every region is still indexed: all hits. */
+	/* After the growth every region is still indexed: all hits, the hot
+	 * ones inside them too. */
 	for (size_t i = 0; i < GROW_N; i++) {
 		struct pdma_region *r;
 
 		assert_int_equal(pdma_cache_get(c, &grow_ops, NULL, PDMA_HMEM_SIM, grow_addr(i),
 						4096, NULL, &r),
 				 0);
+		pdma_cache_put(c, r);
+		if (i >= GROW_HOT)
+			continue;
+		assert_int_equal(pdma_cache_get(c, &grow_ops, NULL, PDMA_HMEM_SIM,
+						grow_addr(i) + 4096, 4096, NULL, &r),
+				 0);
+		assert_ptr_equal(r, hot[i]);
 		pdma_cache_put(c, r);
 	}
 	assert_int_equal(atomic_load(&grow_pins), GROW_N);
