@@ -7,6 +7,9 @@
  *   hit  rand|seq  at 1k, 10k, 100k cached regions, 1 and N threads:
  *        get + put of a cached region (one page, regions two pages apart so
  *        UCX merges nothing); ns per get+put per thread, and total Mops/s.
+ *        With --inside N the regions are N pages long and each lookup is of
+ *        one page at random inside one: the lookup cannot start from the
+ *        region's start address.
  *        All threads draw from all regions (shared), or with --disjoint each
  *        thread from its own 1/N of them: the difference is what threads pay
  *        for writing the same regions' cache lines
@@ -24,7 +27,7 @@
  * usage: bench_regcache [--reps N] [--threads N] [--ops N] [--sizes a,b,c]
  *                       [--json FILE] [--dat FILE] [--note TEXT] [--quick] [--no-miss]
  *                       [--no-hit] [--disjoint] [--spread] [--ucx-ops N] [--miss-ops N]
- *                       [--latency] [--ceiling]
+ *                       [--latency] [--ceiling] [--inside N]
  *
  * --spread: pin thread t to the t-th CPU in an order that takes one hardware
  * thread of each core before any core's second (sysfs topology), so that 2
@@ -80,6 +83,9 @@ static bool disjoint; /* hit rows: each thread its own slice of the regions */
 static int spread_cpu[CPU_SETSIZE], n_spread, n_cores;
 /* --ucx-ops: UCX's hit rows run this many operations a thread (0: --ops) */
 static size_t ucx_hit_ops;
+/* --inside: the hit rows' regions are this many pages, a page apart; a
+ * lookup takes one of them at random (1: the region's only page) */
+static uint64_t hit_pages = 1;
 
 /* ---------------------------------------------------------------- backends */
 
@@ -234,6 +240,7 @@ struct work {
 	enum pattern pat;
 	uint64_t base, stride;
 	size_t len, nregions, ops;
+	uint64_t pages;       /* hit rows: the lookup's page inside the region, drawn from these */
 	uint64_t seed, first; /* P_MISS: index of this thread's first fresh region */
 	pthread_barrier_t *bar;
 	int idx;
@@ -289,10 +296,14 @@ static double now(void)
 	do {                                                                                  \
 		if (w->pat == P_SEQ) {                                                        \
 			size_t i = (size_t)(w->seed % w->nregions);                           \
+			uint64_t pg = 0;                                                      \
 			for (size_t k = 0; k < w->ops; k++) {                                 \
-				errs += OP(x, w->base + i * w->stride, w->len) != 0;          \
-				if (++i == w->nregions)                                       \
+				errs += OP(x, w->base + i * w->stride + pg * HPG, w->len) != 0; \
+				if (++i == w->nregions) {                                     \
 					i = 0;                                                \
+					if (++pg == w->pages)                                 \
+						pg = 0;                                       \
+				}                                                             \
 			}                                                                     \
 		} else if (w->pat == P_RAND) {                                                \
 			uint64_t s = w->seed | 1;                                             \
@@ -300,10 +311,12 @@ static double now(void)
 				s ^= s << 13;                                                 \
 				s ^= s >> 7;                                                  \
 				s ^= s << 17;                                                 \
-				/* multiply-shift range reduction: no division */         \
+				/* multiply-shift range reduction: no division; the page \
+				 * inside from the low half (1 page: always 0) */         \
 				errs += OP(x, w->base + (uint64_t)(((unsigned __int128)s *   \
 								    w->nregions) >> 64) *     \
-							   w->stride,                        \
+							   w->stride +                       \
+						   (((s & 0xffffffff) * w->pages) >> 32) * HPG, \
 					   w->len) != 0;                                      \
 			}                                                                     \
 		} else {                                                                      \
@@ -367,6 +380,7 @@ static struct result run_threads(struct cachex *x, enum pattern pat, uint64_t ba
 	for (int t = 0; t < threads; t++) {
 		w[t] = (struct work){ .x = x, .pat = pat, .base = base, .stride = stride, .len = len,
 				      .nregions = nregions, .ops = ops,
+				      .pages = pat == P_MISS ? 1 : hit_pages,
 				      .seed = seed * 7919 + (uint64_t)t * 104729 + 1,
 				      .first = first + (size_t)t * ops, .bar = &bar, .idx = t };
 		if (disjoint && pat != P_MISS && nregions >= (size_t)threads) {
@@ -443,8 +457,9 @@ static void bench_hits(size_t nregions, int maxthreads, int reps, size_t ops, vo
 	for (int k = 0; k < 2; k++) {
 		cachex_open_or_exit(&x[k], (enum kind)k, nregions + 64, NULL);
 		for (size_t i = 0; i < nregions; i++) {
-			int ret = k == K_PDMA ? op_pdma(&x[k], base + i * STRIDE, HPG)
-					      : op_ucx(&x[k], base + i * STRIDE, HPG);
+			uint64_t a = base + i * (hit_pages + 1) * HPG;
+			int ret = k == K_PDMA ? op_pdma(&x[k], a, hit_pages * HPG)
+					      : op_ucx(&x[k], a, hit_pages * HPG);
 
 			if (ret) {
 				fprintf(stderr, "fill failed: %d\n", ret);
@@ -466,7 +481,8 @@ static void bench_hits(size_t nregions, int maxthreads, int reps, size_t ops, vo
 					/* Alternate which goes first, to share drift. */
 					int kk = rep % 2 ? 1 - k : k;
 					size_t n = kk == K_UCX && ucx_hit_ops ? ucx_hit_ops : ops;
-					struct result r = run_threads(&x[kk], pv[p], base, STRIDE, HPG,
+					struct result r = run_threads(&x[kk], pv[p], base,
+								      (hit_pages + 1) * HPG, HPG,
 								      nregions, n, threads,
 								      (uint64_t)rep + 1, 0);
 
@@ -821,7 +837,7 @@ int main(int argc, char **argv)
 	static const size_t lat_sizes[] = { 256u << 10, 2u << 20, 8u << 20, 32u << 20, 256u << 20, 1u << 30 };
 	double lat_ns[sizeof(lat_sizes) / sizeof(lat_sizes[0])];
 	const size_t nlat = sizeof(lat_sizes) / sizeof(lat_sizes[0]);
-	size_t mem_slots, max_regions = 0;
+	size_t mem_slots, mem_bytes, max_regions = 0;
 	void *mem;
 	json_t *root, *jr, *jm, *jc = NULL;
 	double la[3] = { 0 }, load_start, handoff = 0;
@@ -858,6 +874,8 @@ int main(int argc, char **argv)
 			latency = true;
 		else if (!strcmp(argv[i], "--ceiling"))
 			ceiling = true;
+		else if (!strcmp(argv[i], "--inside") && i + 1 < argc)
+			hit_pages = strtoull(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--quick")) {
 			reps = 3;
 			ops = 200000;
@@ -872,12 +890,13 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: %s [--reps N] [--threads N] [--ops N] [--sizes a,b,c] "
 				"[--json FILE] [--dat FILE] [--note TEXT] [--quick] [--miss-ops N] [--no-miss] "
-				"[--no-hit] [--disjoint] [--spread] [--ucx-ops N] [--latency] [--ceiling]\n",
+				"[--no-hit] [--disjoint] [--spread] [--ucx-ops N] [--latency] [--ceiling] [--inside N]\n",
 				argv[0]);
 			return 2;
 		}
 	}
-	if (reps < 1 || reps > 64 || threads < 1 || threads > 64 || !ops || miss_ops < 4) {
+	if (reps < 1 || reps > 64 || threads < 1 || threads > 64 || !ops || miss_ops < 4 ||
+	    hit_pages < 1 || hit_pages > 65536) {
 		fprintf(stderr, "bad arguments\n");
 		return 2;
 	}
@@ -886,7 +905,10 @@ int main(int argc, char **argv)
 			max_regions = sizes[i];
 	/* Untouched address space: the caches never access the memory. */
 	mem_slots = max_regions > miss_ops ? max_regions : miss_ops;
-	mem = mmap(NULL, mem_slots * STRIDE, PROT_READ | PROT_WRITE,
+	mem_bytes = mem_slots * STRIDE;
+	if (max_regions * (hit_pages + 1) * HPG > mem_bytes)
+		mem_bytes = max_regions * (hit_pages + 1) * HPG;
+	mem = mmap(NULL, mem_bytes, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (mem == MAP_FAILED) {
 		perror("mmap");
@@ -916,6 +938,9 @@ int main(int argc, char **argv)
 	printf("ns: median over %d repetitions of the mean time per get+put per thread; "
 	       "ratio: peerdma ns / UCX ns\n",
 	       reps);
+	if (hit_pages > 1)
+		printf("hit rows (--inside): regions of %" PRIu64 " pages, each lookup one page at random "
+		       "inside one\n", hit_pages);
 	if (latency) {
 		printf("\nmemory latency (one dependent load of a random 64-byte line; the floor of a "
 		       "lookup whose working set is that large)\n%12s %10s\n", "footprint", "ns/load");
@@ -942,6 +967,7 @@ int main(int argc, char **argv)
 			    json_integer((json_int_t)(ucx_hit_ops ? ucx_hit_ops : ops)));
 	json_object_set_new(root, "miss_ops", json_integer((json_int_t)miss_ops));
 	json_object_set_new(root, "hit_regions", json_string(disjoint ? "disjoint" : "shared"));
+	json_object_set_new(root, "hit_region_pages", json_integer((json_int_t)hit_pages));
 	json_object_set_new(root, "spread", n_spread ? json_pack("{si si}", "cores", n_cores,
 								    "cpus", n_spread) :
 						       json_null());
@@ -1020,6 +1046,6 @@ int main(int argc, char **argv)
 		}
 		fclose(f);
 	}
-	munmap(mem, mem_slots * STRIDE);
+	munmap(mem, mem_bytes);
 	return 0;
 }
