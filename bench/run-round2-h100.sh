@@ -18,9 +18,13 @@
 #     threads as step 1 places them), then 2 threads on CPUs 0,1 and on 0,8:
 #     the ceiling and the shared 10k hit rows;
 #  7. the socket path: bench/ingest/run-xdp.sh's steps SOCKET_PARTS (default
-#     23: bench_ingest (g), every receiver, and the goal row at fixed rates).
+#     23: bench_ingest (g), every receiver, and the goal row at fixed rates);
+#  8. hits inside regions (bench_regcache --inside 256: 1 MiB regions, a
+#     random 4 KiB page of one), 1 thread, at 256, 10k and 100k regions,
+#     UCX's rcache side by side, and BUILD/old/bench_regcache where it is
+#     there, alternating with the new one for ROUNDS rounds.
 # Each writes its table (.txt) and JSON under OUT. One call's 10 minutes do
-# not hold them all: PARTS (default 1234567) picks steps, THREADS (default
+# not hold them all: PARTS (default 12345678) picks steps, THREADS (default
 # "2 4 8 16") the thread counts of step 1, ROUNDS (default 2) the new/old
 # rounds of steps 2 and 3.
 # usage: [PARTS=..] [THREADS=..] [ROUNDS=..] bench/run-round2-h100.sh BUILD OUT
@@ -34,7 +38,7 @@ mkdir -p "$OUT"
 	echo "$(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 } | tee "$OUT/regcache.txt"
 
-PARTS=${PARTS:-1234567}
+PARTS=${PARTS:-12345678}
 if [[ $PARTS == *1* ]]; then
 echo "=== 1. bench_regcache"
 {
@@ -119,6 +123,21 @@ echo "=== 6. the host's ceiling for the thread rows"
 	done
 } >"$OUT/ceiling.txt" 2>&1
 grep -vE "^(workload|ns:)" "$OUT/ceiling.txt"
+fi
+
+if [[ $PARTS == *8* ]]; then
+echo "=== 8. hits inside regions"
+for r in $(seq "${ROUNDS:-2}"); do
+	for v in new old; do
+		bin=$B/bench/regcache/bench_regcache
+		[ $v = old ] && bin=$B/old/bench_regcache
+		[ -x "$bin" ] || continue
+		echo "--- $v, round $r"
+		timeout 150 "$bin" --inside 256 --sizes 256,10000,100000 --threads 1 --no-miss --reps 5 \
+			--ops 1000000 --json "$OUT/rc-inside-$v-$r.json" 2>&1
+	done
+done >"$OUT/inside.txt"
+grep -E "^hit|^---" "$OUT/inside.txt"
 fi
 
 if [[ $PARTS == *7* ]]; then
