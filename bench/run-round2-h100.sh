@@ -59,33 +59,34 @@ echo "=== 1. bench_regcache"
 grep -E "^hit rand +10000|^---" "$OUT/regcache.txt"
 fi
 
-# 2 and 3: where BUILD/old holds the binaries of the code before a change
-# (peerdma, bench_cuda), they run too, alternating with the new ones
+# Steps 2, 3 and 8: where BUILD/old holds the binaries of the code before a
+# change, they run too, alternating with the new ones. ab NEW OLD FN runs FN
+# with bin (the binary), v (new or old) and r (the round) set, ROUNDS rounds
+# (its locals: FN sees them).
+ab() {
+	local r v
+	for r in $(seq "${ROUNDS:-2}"); do
+		for v in new old; do
+			bin=$1
+			[ $v = old ] && bin=$2
+			[ -x "$bin" ] || continue
+			echo "--- $v, round $r"
+			"$3" 2>&1
+		done
+	done
+}
+
 if [[ $PARTS == *2* ]]; then
 echo "=== 2. peerdma bench reg"
-for r in $(seq "${ROUNDS:-2}"); do
-	for v in new old; do
-		bin=$B/peerdma
-		[ $v = old ] && bin=$B/old/peerdma
-		[ -x "$bin" ] || continue
-		echo "--- $v, round $r"
-		timeout 180 "$bin" bench reg --iters 200000 --json "$OUT/bench-reg-$v-$r.json" 2>&1
-	done
-done >"$OUT/bench-reg.txt"
+reg() { timeout 180 "$bin" bench reg --iters 200000 --json "$OUT/bench-reg-$v-$r.json"; }
+ab "$B/peerdma" "$B/old/peerdma" reg >"$OUT/bench-reg.txt"
 cat "$OUT/bench-reg.txt"
 fi
 
 if [[ $PARTS == *3* ]]; then
 echo "=== 3. bench_cuda"
-for r in $(seq "${ROUNDS:-2}"); do
-	for v in new old; do
-		bin=$B/bench/cuda/bench_cuda
-		[ $v = old ] && bin=$B/old/bench_cuda
-		[ -x "$bin" ] || continue
-		echo "--- $v, round $r"
-		timeout 180 "$bin" --json "$OUT/bench-cuda-$v-$r.json" 2>&1
-	done
-done >"$OUT/bench-cuda.txt"
+cuda() { timeout 180 "$bin" --json "$OUT/bench-cuda-$v-$r.json"; }
+ab "$B/bench/cuda/bench_cuda" "$B/old/bench_cuda" cuda >"$OUT/bench-cuda.txt"
 grep -iE "^---|reg|close|host|hit" "$OUT/bench-cuda.txt" | head -60
 fi
 
@@ -127,16 +128,11 @@ fi
 
 if [[ $PARTS == *8* ]]; then
 echo "=== 8. hits inside regions"
-for r in $(seq "${ROUNDS:-2}"); do
-	for v in new old; do
-		bin=$B/bench/regcache/bench_regcache
-		[ $v = old ] && bin=$B/old/bench_regcache
-		[ -x "$bin" ] || continue
-		echo "--- $v, round $r"
-		timeout 150 "$bin" --inside 256 --sizes 256,10000,100000 --threads 1 --no-miss --reps 5 \
-			--ops 1000000 --json "$OUT/rc-inside-$v-$r.json" 2>&1
-	done
-done >"$OUT/inside.txt"
+inside() {
+	timeout 150 "$bin" --inside 256 --sizes 256,10000,100000 --threads 1 --no-miss --reps 5 \
+		--ops 1000000 --json "$OUT/rc-inside-$v-$r.json"
+}
+ab "$B/bench/regcache/bench_regcache" "$B/old/bench_regcache" inside >"$OUT/inside.txt"
 grep -E "^hit|^---" "$OUT/inside.txt"
 fi
 
