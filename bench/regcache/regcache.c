@@ -78,6 +78,8 @@ enum kind { K_PDMA, K_UCX };
 enum pattern { P_SEQ, P_RAND, P_MISS };
 
 static bool disjoint; /* hit rows: each thread its own slice of the regions */
+/* hit rows: peerdma's lookups that missed (each must hit: the program fails) */
+static uint64_t hit_misses;
 /* --spread: thread t runs on spread_cpu[t % n_spread], one CPU of each core
  * first, then the cores' second hardware threads */
 static int spread_cpu[CPU_SETSIZE], n_spread, n_cores;
@@ -496,6 +498,14 @@ static void bench_hits(size_t nregions, int maxthreads, int reps, size_t ops, vo
 				break;
 		}
 	}
+	{
+		/* Every lookup of a hit row names a cached region: one that
+		 * pinned instead is an index that failed to find it. */
+		struct pdma_cache_stats st;
+
+		pdma_cache_get_stats(x[K_PDMA].pc, &st);
+		hit_misses += st.misses - nregions;
+	}
 	for (int k = 0; k < 2; k++)
 		cachex_close(&x[k]);
 }
@@ -833,7 +843,7 @@ int main(int argc, char **argv)
 	size_t ops = 2000000, miss_ops = 100000;
 	size_t sizes[8] = { 1000, 10000, 100000 }, nsizes = 3;
 	const char *json_path = NULL, *dat_path = NULL, *note = NULL;
-	bool no_miss = false, no_hit = false, latency = false, ceiling = false;
+	bool no_miss = false, no_hit = false, latency = false, ceiling = false, failed;
 	static const size_t lat_sizes[] = { 256u << 10, 2u << 20, 8u << 20, 32u << 20, 256u << 20, 1u << 30 };
 	double lat_ns[sizeof(lat_sizes) / sizeof(lat_sizes[0])];
 	const size_t nlat = sizeof(lat_sizes) / sizeof(lat_sizes[0]);
@@ -1047,5 +1057,14 @@ int main(int argc, char **argv)
 		fclose(f);
 	}
 	munmap(mem, mem_bytes);
-	return 0;
+	failed = hit_misses != 0;
+	if (hit_misses)
+		fprintf(stderr, "hit rows: %" PRIu64 " lookups of cached regions missed\n", hit_misses);
+	for (int i = 0; i < nrows; i++)
+		if (rows[i].errors[0] || rows[i].errors[1]) {
+			fprintf(stderr, "%s, %zu regions, %d threads: operations failed\n",
+				rows[i].name, rows[i].regions, rows[i].threads);
+			failed = true;
+		}
+	return failed;
 }
