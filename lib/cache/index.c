@@ -57,6 +57,40 @@ static inline size_t hash_span_of(const struct htab *t, const struct entry *e)
 	return hash_span(t, m, e->start >> m);
 }
 
+/* The writer's side of the two tables: chain 0 (hash_start's, through hnext)
+ * and chain 1 (hash_span's, through snext). Links and heads are stored with
+ * release: lock-free readers may be walking the chains. */
+static inline struct entry *_Atomic *chain_next(struct entry *e, int span)
+{
+	return span ? &e->snext : &e->hnext;
+}
+
+static inline struct entry *_Atomic *chain_head(struct htab *t, const struct entry *e, int span)
+{
+	return &t->b[span ? hash_span_of(t, e) : hash_start(t, e->start)];
+}
+
+static void chain_push(struct htab *t, struct entry *e, int span)
+{
+	struct entry *_Atomic *h = chain_head(t, e, span);
+
+	atomic_store_explicit(chain_next(e, span), atomic_load_explicit(h, memory_order_relaxed),
+			      memory_order_release);
+	atomic_store_explicit(h, e, memory_order_release);
+}
+
+static void chain_unlink(struct htab *t, struct entry *e, int span)
+{
+	struct entry *_Atomic *l = chain_head(t, e, span);
+	struct entry *n;
+
+	while ((n = atomic_load_explicit(l, memory_order_relaxed)) && n != e)
+		l = chain_next(n, span);
+	if (n)
+		atomic_store_explicit(l, atomic_load_explicit(chain_next(e, span), memory_order_relaxed),
+				      memory_order_release);
+}
+
 size_t pdma_cache_htab_bytes(const struct htab *t)
 {
 	return sizeof(*t) + 2 * (t->mask + 1) * sizeof(t->b[0]);
@@ -248,26 +282,15 @@ int pdma_cache_index_grow(struct pdma_cache *c)
 	 * old table: a reader can only be sent to another chain or to its end,
 	 * which is a false miss that the locked slow path corrects. */
 	for (size_t i = 0; i <= old->mask; i++) {
-		struct entry *e = atomic_load_explicit(&old->b[i], memory_order_relaxed), *n;
+		for (int span = 0; span < 2; span++) {
+			struct entry *e, *n;
 
-		for (; e; e = n) {
-			size_t b = hash_start(t, e->start);
-
-			n = atomic_load_explicit(&e->hnext, memory_order_relaxed);
-			atomic_store_explicit(&e->hnext,
-					      atomic_load_explicit(&t->b[b], memory_order_relaxed),
-					      memory_order_release);
-			atomic_store_explicit(&t->b[b], e, memory_order_release);
-		}
-		e = atomic_load_explicit(&old->b[old->mask + 1 + i], memory_order_relaxed);
-		for (; e; e = n) {
-			size_t b = hash_span_of(t, e);
-
-			n = atomic_load_explicit(&e->snext, memory_order_relaxed);
-			atomic_store_explicit(&e->snext,
-					      atomic_load_explicit(&t->b[b], memory_order_relaxed),
-					      memory_order_release);
-			atomic_store_explicit(&t->b[b], e, memory_order_release);
+			e = atomic_load_explicit(&old->b[span * (old->mask + 1) + i],
+						 memory_order_relaxed);
+			for (; e; e = n) {
+				n = atomic_load_explicit(chain_next(e, span), memory_order_relaxed);
+				chain_push(t, e, span);
+			}
 		}
 	}
 	atomic_store_explicit(&c->ht, t, memory_order_release);
@@ -281,32 +304,23 @@ int pdma_cache_index_grow(struct pdma_cache *c)
 int pdma_cache_index_insert(struct pdma_cache *c, struct entry *e)
 {
 	struct htab *t;
-	size_t b, sb;
 	uint64_t cls = span_indexed(e) ? UINT64_C(1) << span_class(e->end - e->start) : 0;
+	uint64_t have;
 
 	e->heap_key = atomic_load_explicit(&e->last_use, memory_order_relaxed);
 	if (pdma_cache_heap_push(c, e))
 		return -ENOMEM;
 	pdma_cache_index_grow(c);
 	t = atomic_load_explicit(&c->ht, memory_order_relaxed);
-	b = hash_start(t, e->start);
-	sb = hash_span_of(t, e);
 	if ((e->end - e->start) > atomic_load_explicit(&c->max_len, memory_order_relaxed))
 		atomic_store_explicit(&c->max_len, (e->end - e->start), memory_order_release);
-	if (~atomic_load_explicit(&c->span_classes, memory_order_relaxed) & cls)
-		atomic_store_explicit(&c->span_classes,
-				      atomic_load_explicit(&c->span_classes, memory_order_relaxed) | cls,
-				      memory_order_release);
+	have = atomic_load_explicit(&c->span_classes, memory_order_relaxed);
+	if (~have & cls)
+		atomic_store_explicit(&c->span_classes, have | cls, memory_order_release);
 	sl_insert(c, e);
-	atomic_store_explicit(&e->hnext, atomic_load_explicit(&t->b[b], memory_order_relaxed),
-			      memory_order_relaxed);
-	atomic_store_explicit(&t->b[b], e, memory_order_release);
-	if (cls) {
-		atomic_store_explicit(&e->snext,
-				      atomic_load_explicit(&t->b[sb], memory_order_relaxed),
-				      memory_order_relaxed);
-		atomic_store_explicit(&t->b[sb], e, memory_order_release);
-	}
+	chain_push(t, e, 0);
+	if (cls)
+		chain_push(t, e, 1);
 	e->indexed = true;
 	c->count++;
 	c->bytes += (e->end - e->start);
@@ -317,23 +331,10 @@ int pdma_cache_index_insert(struct pdma_cache *c, struct entry *e)
 void pdma_cache_index_remove(struct pdma_cache *c, struct entry *e)
 {
 	struct htab *t = atomic_load_explicit(&c->ht, memory_order_relaxed);
-	struct entry *_Atomic *l = &t->b[hash_start(t, e->start)];
-	struct entry *n;
 
-	while ((n = atomic_load_explicit(l, memory_order_relaxed)) && n != e)
-		l = &n->hnext;
-	if (n)
-		atomic_store_explicit(l, atomic_load_explicit(&e->hnext, memory_order_relaxed),
-				      memory_order_release);
-	if (span_indexed(e)) {
-		l = &t->b[hash_span_of(t, e)];
-		while ((n = atomic_load_explicit(l, memory_order_relaxed)) && n != e)
-			l = &n->snext;
-		if (n)
-			atomic_store_explicit(l,
-					      atomic_load_explicit(&e->snext, memory_order_relaxed),
-					      memory_order_release);
-	}
+	chain_unlink(t, e, 0);
+	if (span_indexed(e))
+		chain_unlink(t, e, 1);
 	sl_remove(c, e);
 	pdma_cache_heap_remove(c, e);
 	e->indexed = false;
