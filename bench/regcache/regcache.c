@@ -89,6 +89,12 @@ static size_t ucx_hit_ops;
  * lookup takes one of them at random (1: the region's only page) */
 static uint64_t hit_pages = 1;
 
+/* The hit rows' distance between regions' starts: a page apart */
+static uint64_t hit_stride(void)
+{
+	return (hit_pages + 1) * HPG;
+}
+
 /* ---------------------------------------------------------------- backends */
 
 
@@ -362,6 +368,20 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* fn on each of threads work items, sz bytes apart: item 0 on the calling
+ * thread, the others on threads of their own; returns when all have (the
+ * items' barrier starts their clocks together). */
+static void run_items(void *(*fn)(void *), void *items, size_t sz, int threads)
+{
+	pthread_t th[64];
+
+	for (int t = 1; t < threads; t++)
+		pthread_create(&th[t], NULL, fn, (char *)items + (size_t)t * sz);
+	fn(items);
+	for (int t = 1; t < threads; t++)
+		pthread_join(th[t], NULL);
+}
+
 struct result {
 	double ns;   /* per get+put, per thread */
 	double mops; /* total */
@@ -372,7 +392,6 @@ static struct result run_threads(struct cachex *x, enum pattern pat, uint64_t ba
 				 uint64_t stride, size_t len, size_t nregions, size_t ops,
 				 int threads, uint64_t seed, size_t first)
 {
-	pthread_t th[64];
 	struct work w[64];
 	pthread_barrier_t bar;
 	struct result r = { 0 };
@@ -389,12 +408,8 @@ static struct result run_threads(struct cachex *x, enum pattern pat, uint64_t ba
 			w[t].nregions = nregions / (size_t)threads;
 			w[t].base = base + (uint64_t)t * w[t].nregions * stride;
 		}
-		if (t)
-			pthread_create(&th[t], NULL, worker, &w[t]);
 	}
-	worker(&w[0]);
-	for (int t = 1; t < threads; t++)
-		pthread_join(th[t], NULL);
+	run_items(worker, w, sizeof(w[0]), threads);
 	for (int t = 0; t < threads; t++) {
 		sum += w[t].secs;
 		if (w[t].secs > maxs)
@@ -459,7 +474,7 @@ static void bench_hits(size_t nregions, int maxthreads, int reps, size_t ops, vo
 	for (int k = 0; k < 2; k++) {
 		cachex_open_or_exit(&x[k], (enum kind)k, nregions + 64, NULL);
 		for (size_t i = 0; i < nregions; i++) {
-			uint64_t a = base + i * (hit_pages + 1) * HPG;
+			uint64_t a = base + i * hit_stride();
 			int ret = k == K_PDMA ? op_pdma(&x[k], a, hit_pages * HPG)
 					      : op_ucx(&x[k], a, hit_pages * HPG);
 
@@ -484,7 +499,7 @@ static void bench_hits(size_t nregions, int maxthreads, int reps, size_t ops, vo
 					int kk = rep % 2 ? 1 - k : k;
 					size_t n = kk == K_UCX && ucx_hit_ops ? ucx_hit_ops : ops;
 					struct result r = run_threads(&x[kk], pv[p], base,
-								      (hit_pages + 1) * HPG, HPG,
+								      hit_stride(), HPG,
 								      nregions, n, threads,
 								      (uint64_t)rep + 1, 0);
 
@@ -717,6 +732,7 @@ enum probe { PR_ALU, PR_SHARED, PR_PRIVATE, PR_N };
 static const char *const probe_name[PR_N] = { "alu", "load-shared", "load-private" };
 /* about the 10k-region cache: 10,000 entries of six 64-byte lines (3.7 MiB) */
 #define PROBE_BYTES (4u << 20)
+#define PROBE_OPS 20000000 /* a thread, every probe: 20-100 ms */
 
 struct probe_work {
 	enum probe kind;
@@ -754,7 +770,6 @@ static void *probe_worker(void *arg)
 static double probe_run(enum probe kind, const uint64_t *lines, size_t nlines, size_t ops,
 			int threads, uint64_t seed)
 {
-	pthread_t th[64];
 	struct probe_work w[64];
 	pthread_barrier_t bar;
 	double maxs = 0;
@@ -769,12 +784,8 @@ static double probe_run(enum probe kind, const uint64_t *lines, size_t nlines, s
 					    .bar = &bar, .idx = t };
 		if (kind == PR_PRIVATE)
 			w[t].lines = lines + (size_t)t * n * 8;
-		if (t)
-			pthread_create(&th[t], NULL, probe_worker, &w[t]);
 	}
-	probe_worker(&w[0]);
-	for (int t = 1; t < threads; t++)
-		pthread_join(th[t], NULL);
+	run_items(probe_worker, w, sizeof(w[0]), threads);
 	for (int t = 0; t < threads; t++) {
 		if (w[t].secs > maxs)
 			maxs = w[t].secs;
@@ -791,7 +802,7 @@ static double probe_run(enum probe kind, const uint64_t *lines, size_t nlines, s
  * returns its JSON */
 static json_t *bench_ceiling(int maxthreads, int reps)
 {
-	const size_t nlines = PROBE_BYTES / 64, ops[PR_N] = { 20000000, 20000000, 20000000 };
+	const size_t nlines = PROBE_BYTES / 64;
 	uint64_t *lines = mmap(NULL, PROBE_BYTES, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	double one[PR_N] = { 0 };
@@ -816,7 +827,7 @@ static json_t *bench_ceiling(int maxthreads, int reps)
 			json_t *o = json_object(), *a = json_array();
 
 			for (int r = 0; r < reps; r++) {
-				v[r] = probe_run((enum probe)p, lines, nlines, ops[p], threads,
+				v[r] = probe_run((enum probe)p, lines, nlines, PROBE_OPS, threads,
 						 (uint64_t)r + 1);
 				json_array_append_new(a, json_real(v[r]));
 			}
@@ -916,8 +927,8 @@ int main(int argc, char **argv)
 	/* Untouched address space: the caches never access the memory. */
 	mem_slots = max_regions > miss_ops ? max_regions : miss_ops;
 	mem_bytes = mem_slots * STRIDE;
-	if (max_regions * (hit_pages + 1) * HPG > mem_bytes)
-		mem_bytes = max_regions * (hit_pages + 1) * HPG;
+	if (max_regions * hit_stride() > mem_bytes)
+		mem_bytes = max_regions * hit_stride();
 	mem = mmap(NULL, mem_bytes, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (mem == MAP_FAILED) {
