@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Performance round 2 (issue 15): the rows of its table re-measured on the GPU
-# machine (an H100 until 2026-11-25, an H200 since; the name stays, the results
+# machine (an H100 through 2026-11-25, an H200 from 2026-12-02; the name stays, the results
 # files cite it) and its host, each benchmark in one run, from a build made
 # here whose shared libraries the machine lacks travel in BUILD/dev (cmocka,
 # jansson, liburing, libsodium, libxdp, UCX's libucs/libucm, libnuma) and ip(8)
@@ -25,9 +25,10 @@
 #     there, alternating with the new one for ROUNDS rounds.
 # Each writes its table (.txt) and JSON under OUT. One call's 10 minutes do
 # not hold them all: PARTS (default 12345678) picks steps, THREADS (default
-# "2 4 8 16") the thread counts of step 1, ROUNDS (default 2) the new/old
-# rounds of steps 2 and 3.
-# usage: [PARTS=..] [THREADS=..] [ROUNDS=..] bench/run-round2-h100.sh BUILD OUT
+# "2 4 8 16") the thread counts of step 1, UCX_OPS (default 20000) UCX's
+# operations a thread in step 1's N-thread runs, ROUNDS (default 2) the new/old
+# rounds of steps 2, 3 and 8.
+# usage: [PARTS=..] [THREADS=..] [UCX_OPS=..] [ROUNDS=..] bench/run-round2-h100.sh BUILD OUT
 set -uo pipefail
 . "$(dirname "$0")/device-env.sh" "${1:?build dir}"
 OUT=${2:?output dir}
