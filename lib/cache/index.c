@@ -23,6 +23,16 @@
 /* 16 probes: about the skip list's steps at a few thousand regions */
 #define SPAN_CLASSES_MAX 8
 
+/* At most SPAN_CLASSES_MAX bits set. Not __builtin_popcountll: without
+ * -mpopcnt (Debian's baseline x86-64) that is a call into libgcc on every
+ * lookup inside a region; this is one step a class in use. */
+static inline bool span_classes_few(uint64_t classes)
+{
+	for (int i = 0; i < SPAN_CLASSES_MAX && classes; i++)
+		classes &= classes - 1;
+	return !classes;
+}
+
 /* Capped at 63: every address is in the granule of 2^63 bytes it names or
  * the one before, so the two probes still find a longer region. */
 static inline unsigned span_class(uint64_t len)
@@ -237,7 +247,7 @@ pdma_cache_lookup_ref(struct pdma_cache *c, const struct pdma_mem_ops *ops, void
 	/* its class is at least that of the request's length */
 	classes = atomic_load_explicit(&c->span_classes, memory_order_acquire) &
 		  ~((UINT64_C(1) << span_class(end - s)) - 1);
-	if (__builtin_popcountll(classes) <= SPAN_CLASSES_MAX) {
+	if (span_classes_few(classes)) {
 		for (; classes; classes &= classes - 1) {
 			unsigned m = (unsigned)__builtin_ctzll(classes);
 
