@@ -57,9 +57,10 @@
  *
  * Thread safety: a domain may be used from many threads at once; all calls on
  * distinct MRs of one domain may run concurrently. Calls on the same MR must
- * be serialised by the caller, except pdma_mr_key() and pdma_mr_desc(), which
- * only read immutable fields. Closing an object while another thread uses it
- * is undefined, as in libfabric.
+ * be serialised by the caller, except pdma_mr_key(), which only reads an
+ * immutable field, and pdma_mr_desc(), whose first call on an MR makes its
+ * descriptor under the domain's lock (later calls read it). Closing an object
+ * while another thread uses it is undefined, as in libfabric.
  */
 #ifndef PEERDMA_MR_H
 #define PEERDMA_MR_H

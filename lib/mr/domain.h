@@ -41,7 +41,12 @@ struct pdma_kdev;
 
 /* A descriptor (pdma_mr_desc) is an ID, not a pointer into the MR: a stale
  * descriptor used after close is then detected by a table lookup instead of
- * reading freed memory. IDs count up per process and are never reused. */
+ * reading freed memory. IDs count up per process and are never reused. An
+ * MR gets its ID, and its place in the domain's descriptor table, at the
+ * first pdma_mr_desc: a registration whose descriptor is never asked for
+ * (a device addresses it by key) pays neither, nor does its close. The
+ * table's room for it is reserved at registration, so that first call
+ * cannot fail. */
 
 /* One iov entry of an MR and the pinned region that backs it. */
 struct pdma_mr_seg {
@@ -80,6 +85,9 @@ void *pdma_idmap_find(const struct pdma_idmap *t, uint64_t id);
 /* -EEXIST when id is in t already (its entries unchanged); -ENOMEM when the
  * table had to grow and could not. */
 int pdma_idmap_insert(struct pdma_idmap *t, uint64_t id, void *val);
+/* Room for n entries in all, so that inserts up to n cannot fail (-ENOMEM
+ * when the table had to grow and could not). */
+int pdma_idmap_reserve(struct pdma_idmap *t, size_t n);
 /* Removes id (no-op when absent); returns its value or NULL. */
 void *pdma_idmap_remove(struct pdma_idmap *t, uint64_t id);
 void pdma_idmap_fini(struct pdma_idmap *t);
@@ -116,7 +124,7 @@ void pdma_target_unbind(struct pdma_bind_target *t);
 #define PDMA_MR_POOL_SEGS 4
 struct pdma_mr {
 	struct pdma_domain *dom;
-	uint64_t desc_id;
+	_Atomic uint64_t desc_id;       /* 0 until the first pdma_mr_desc */
 	struct pdma_key_entry own_key;
 	struct pdma_key_entry *aliases; /* keys pdma_mr_map_raw made for it */
 	struct pdma_mr *pool_next;      /* on the domain's pool while closed */
@@ -172,7 +180,7 @@ struct pdma_domain {
 	struct pdma_bias_lock lock;  /* pdma_dom_lock() */
 	atomic_size_t busy;          /* device accesses in flight (see Locking above) */
 	struct pdma_idmap keys;      /* live keys, own and mapped -> pdma_key_entry */
-	struct pdma_idmap descs;     /* live MRs by desc_id */
+	struct pdma_idmap descs;     /* live MRs by desc_id, once asked for (room for all) */
 	struct pdma_mr *mr_pool;     /* closed MR objects for reuse (pool_next, cap POOL_SEGS) */
 	size_t n_mr, n_cntr, n_ep;
 	struct pdma_eq *eq;          /* bound (atomic loads where the domain lock is not held) */

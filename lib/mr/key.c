@@ -274,15 +274,20 @@ static bool idmap_place(struct pdma_idmap *t, uint64_t id, void *val)
 	return true;
 }
 
-/* pdma_idmap_insert into twice the slots (IDMAP_MIN for the first). Out of
- * line, and called last: inline, its registers made every insert save and
- * restore six of them. */
-static __attribute__((noinline)) int idmap_grow_insert(struct pdma_idmap *t, uint64_t id,
-						       void *val)
+/* True: n entries in all fit (at most half the slots used). */
+static inline bool idmap_fits(const struct pdma_idmap *t, size_t n)
+{
+	return t->slot && 2 * n <= t->mask + 1;
+}
+
+/* Double the slots (IDMAP_MIN for the first) until n entries fit. */
+static int idmap_grow(struct pdma_idmap *t, size_t n)
 {
 	size_t size = t->slot ? 2 * (t->mask + 1) : IDMAP_MIN;
 	struct pdma_idmap old = *t;
 
+	while (2 * n > size)
+		size *= 2;
 	t->slot = calloc(size, sizeof(*t->slot));
 	if (!t->slot) {
 		*t = old;
@@ -294,12 +299,29 @@ static __attribute__((noinline)) int idmap_grow_insert(struct pdma_idmap *t, uin
 		if (old.slot[i].val)
 			idmap_place(t, old.slot[i].id, old.slot[i].val);
 	free(old.slot);
+	return 0;
+}
+
+/* pdma_idmap_insert into a grown table. Out of line, and called last:
+ * inline, its registers made every insert save and restore six of them. */
+static __attribute__((noinline)) int idmap_grow_insert(struct pdma_idmap *t, uint64_t id,
+						       void *val)
+{
+	int ret = idmap_grow(t, t->n + 1);
+
+	if (ret)
+		return ret;
 	return idmap_place(t, id, val) ? 0 : -EEXIST;
+}
+
+int pdma_idmap_reserve(struct pdma_idmap *t, size_t n)
+{
+	return idmap_fits(t, n) ? 0 : idmap_grow(t, n);
 }
 
 int pdma_idmap_insert(struct pdma_idmap *t, uint64_t id, void *val)
 {
-	if (!t->slot || 2 * (t->n + 1) > t->mask + 1)
+	if (!idmap_fits(t, t->n + 1))
 		return idmap_grow_insert(t, id, val);
 	return idmap_place(t, id, val) ? 0 : -EEXIST;
 }

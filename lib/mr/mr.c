@@ -247,8 +247,11 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 		 * bound later watches the open MRs then (pdma_mr_watch_all). */
 		watch = d->eq && (d->eq->flags & PDMA_MR_REVOKE_EVENTS);
 		m->watched = watch;
-		m->desc_id = pdma_desc_id_new();
-		ret = pdma_idmap_insert(&d->keys, key, &m->own_key);
+		/* No descriptor until one is asked for (domain.h): room for it. */
+		atomic_store_explicit(&m->desc_id, 0, memory_order_relaxed);
+		ret = pdma_idmap_reserve(&d->descs, d->n_mr + 1);
+		if (!ret)
+			ret = pdma_idmap_insert(&d->keys, key, &m->own_key);
 		if (ret == -EEXIST) {
 			/* The key is live: a drawn one (tiny key sizes) is drawn
 			 * again; a requested one lost a race for it. */
@@ -256,11 +259,6 @@ int pdma_mr_regattr(struct pdma_domain *d, const struct pdma_mr_attr *attr, uint
 			m->own_key.key = key;
 			if (!ret)
 				ret = pdma_idmap_insert(&d->keys, key, &m->own_key);
-		}
-		if (!ret) {
-			ret = pdma_idmap_insert(&d->descs, m->desc_id, m);
-			if (ret)
-				pdma_idmap_remove(&d->keys, key);
 		}
 		if (ret && !mr_put(d, m))
 			free(m);
@@ -333,6 +331,7 @@ int pdma_mr_close(struct pdma_mr *m)
 	struct pdma_region *regs[64];
 	struct pdma_key_entry *e;
 	struct pdma_domain *d;
+	uint64_t desc_id;
 	bool pooled;
 	size_t nsegs;
 
@@ -356,7 +355,9 @@ int pdma_mr_close(struct pdma_mr *m)
 		pdma_idmap_remove(&d->keys, e->key);
 		free(e);
 	}
-	pdma_idmap_remove(&d->descs, m->desc_id);
+	desc_id = atomic_load_explicit(&m->desc_id, memory_order_relaxed);
+	if (desc_id)
+		pdma_idmap_remove(&d->descs, desc_id);
 	unbind_all(m);
 	if (m->watched) /* before n_mr drops: the EQ outlives every callback */
 		pdma_mr_unwatch(m);
@@ -382,9 +383,31 @@ uint64_t pdma_mr_key(const struct pdma_mr *m)
 	return m->own_key.key;
 }
 
-void *pdma_mr_desc(const struct pdma_mr *m)
+/* The first call gives the MR its descriptor (domain.h says why then):
+ * under the domain lock, which orders it with another thread's first call
+ * and with the table's other changes; the room was reserved at registration.
+ * The MR is the caller's, not const: only this field changes. */
+void *pdma_mr_desc(const struct pdma_mr *mr)
 {
-	return m ? (void *)(uintptr_t)m->desc_id : NULL;
+	struct pdma_mr *m = (struct pdma_mr *)mr;
+	uint64_t id;
+
+	if (!m)
+		return NULL;
+	id = atomic_load_explicit(&m->desc_id, memory_order_acquire);
+	if (id)
+		return (void *)(uintptr_t)id;
+	pdma_dom_lock(m->dom);
+	id = atomic_load_explicit(&m->desc_id, memory_order_relaxed);
+	if (!id) {
+		id = pdma_desc_id_new();
+		if (pdma_idmap_insert(&m->dom->descs, id, m))
+			id = 0; /* not reached: room reserved, IDs never repeat */
+		else
+			atomic_store_explicit(&m->desc_id, id, memory_order_release);
+	}
+	pdma_dom_unlock(m->dom);
+	return (void *)(uintptr_t)id;
 }
 
 void *pdma_mr_context(const struct pdma_mr *m)

@@ -52,10 +52,11 @@ void pdma_mr_unwatch(struct pdma_mr *m)
 
 void pdma_mr_watch_all(struct pdma_domain *d)
 {
-	const struct pdma_idmap *t = &d->descs;
+	const struct pdma_idmap *t = &d->keys; /* every open MR has its own key there */
 
 	for (size_t i = 0; t->slot && i <= t->mask; i++) {
-		struct pdma_mr *m = t->slot[i].val;
+		const struct pdma_key_entry *e = t->slot[i].val;
+		struct pdma_mr *m = e && !e->mapped ? e->mr : NULL;
 
 		if (m && !m->watched) {
 			m->watched = true;

@@ -385,6 +385,58 @@ static void test_dead_key_after_reuse(void **state)
  * s.d. 4 per pair: the mean of N - 1 pairs lies in 32 +- 0.6 with
  * overwhelming probability); a counter or a fixed stride flips a few low
  * bits, and repeats its difference. */
+/*
+ * A descriptor is made at the first pdma_mr_desc, not at registration
+ * (lib/mr/domain.h), into room the registration reserved. 300 MRs open at
+ * once, none asked yet (the table's room grows past its first 64 slots
+ * meanwhile), then asked from the last: each gets one, the same at every
+ * call, naming its MR alone. A closed MR's descriptor names nothing, asked
+ * for or not, and a later MR's is new.
+ */
+static void test_desc_on_demand(void **state)
+{
+	enum { N = 300 };
+	struct pdma_domain *d = dom_open(PDMA_MR_BASIC, NULL);
+	static char buf[N][64];
+	static struct pdma_mr *m[N];
+	static void *desc[N];
+	struct pdma_mr *late;
+
+	(void)state;
+	for (int i = 0; i < N; i++)
+		assert_int_equal(pdma_mr_reg(d, buf[i], sizeof(buf[i]), RW, 0, 0, 0, &m[i], NULL),
+				 0);
+	assert_int_equal(d->descs.n, 0);
+	for (int i = N - 1; i >= 0; i--) {
+		desc[i] = pdma_mr_desc(m[i]);
+		assert_non_null(desc[i]);
+		assert_ptr_equal(pdma_mr_desc(m[i]), desc[i]);
+		assert_ptr_equal(pdma_desc_mr(d, desc[i]), m[i]);
+	}
+	assert_int_equal(d->descs.n, N);
+	for (int i = 0; i < N; i++)
+		for (int j = i + 1; j < N; j++)
+			assert_ptr_not_equal(desc[i], desc[j]);
+	for (int i = 0; i < N; i += 2)
+		assert_int_equal(pdma_mr_close(m[i]), 0);
+	for (int i = 0; i < N; i++)
+		assert_ptr_equal(pdma_desc_mr(d, desc[i]), i % 2 ? m[i] : NULL);
+	assert_int_equal(d->descs.n, N / 2);
+	/* A new MR, never asked for its descriptor, closes without one. */
+	assert_int_equal(pdma_mr_reg(d, buf[0], sizeof(buf[0]), RW, 0, 0, 0, &late, NULL), 0);
+	assert_int_equal(pdma_mr_close(late), 0);
+	assert_int_equal(d->descs.n, N / 2);
+	assert_int_equal(pdma_mr_reg(d, buf[0], sizeof(buf[0]), RW, 0, 0, 0, &late, NULL), 0);
+	for (int i = 0; i < N; i++)
+		assert_ptr_not_equal(pdma_mr_desc(late), desc[i]);
+	assert_ptr_equal(pdma_desc_mr(d, pdma_mr_desc(late)), late);
+	assert_int_equal(pdma_mr_close(late), 0);
+	for (int i = 1; i < N; i += 2)
+		assert_int_equal(pdma_mr_close(m[i]), 0);
+	assert_int_equal(d->descs.n, 0);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
 static void test_provider_keys_unrelated(void **state)
 {
 	enum { N = 400 };
@@ -424,6 +476,7 @@ int main(void)
 		cmocka_unit_test(test_raw_keys_tiny),
 		cmocka_unit_test(test_dead_key_after_reuse),
 		cmocka_unit_test(test_provider_keys_unrelated),
+		cmocka_unit_test(test_desc_on_demand),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

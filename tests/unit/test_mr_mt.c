@@ -17,6 +17,7 @@
 
 #include "peerdma/mr.h"
 #include "mem/sim.h"
+#include "mr/domain.h"
 
 #define RW (PDMA_READ | PDMA_WRITE | PDMA_REMOTE_READ | PDMA_REMOTE_WRITE)
 
@@ -531,6 +532,72 @@ static void test_desc_unique_across_threads(void **state)
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 
+/*
+ * An MR's descriptor is made at the first pdma_mr_desc (lib/mr/domain.h).
+ * Four threads ask for the descriptors of the same 500 MRs, none asked for
+ * before, at once: every thread must get the same one for an MR, and it must
+ * name that MR.
+ */
+enum { DR_THREADS = 4, DR_MRS = 500 };
+
+struct dr_shared {
+	struct pdma_mr *mrs[DR_MRS];
+	uintptr_t descs[DR_THREADS][DR_MRS];
+	pthread_barrier_t go;
+};
+
+struct dr_thread {
+	struct dr_shared *sh;
+	int idx;
+};
+
+static void *dr_main(void *arg)
+{
+	struct dr_thread *t = arg;
+
+	pthread_barrier_wait(&t->sh->go);
+	for (int i = 0; i < DR_MRS; i++) {
+		int k = t->idx % 2 ? DR_MRS - 1 - i : i; /* half the threads from the end */
+
+		t->sh->descs[t->idx][k] = (uintptr_t)pdma_mr_desc(t->sh->mrs[k]);
+	}
+	return NULL;
+}
+
+static void test_desc_first_call_race(void **state)
+{
+	static struct dr_shared sh;
+	static char buf[4096] __attribute__((aligned(4096)));
+	struct dr_thread t[DR_THREADS];
+	struct pdma_domain_attr da;
+	struct pdma_domain *d;
+	pthread_t th[DR_THREADS];
+
+	(void)state;
+	pdma_domain_attr_init(&da);
+	da.use_cache = 1;
+	assert_int_equal(pdma_domain_open(&da, &d), 0);
+	for (int i = 0; i < DR_MRS; i++)
+		assert_int_equal(pdma_mr_reg(d, buf, 4096, RW, 0, 0, 0, &sh.mrs[i], NULL), 0);
+	assert_int_equal(pthread_barrier_init(&sh.go, NULL, DR_THREADS), 0);
+	for (int i = 0; i < DR_THREADS; i++) {
+		t[i] = (struct dr_thread){ .sh = &sh, .idx = i };
+		assert_int_equal(pthread_create(&th[i], NULL, dr_main, &t[i]), 0);
+	}
+	for (int i = 0; i < DR_THREADS; i++)
+		pthread_join(th[i], NULL);
+	for (int j = 0; j < DR_MRS; j++) {
+		assert_true(sh.descs[0][j] != 0);
+		for (int i = 1; i < DR_THREADS; i++)
+			assert_true(sh.descs[i][j] == sh.descs[0][j]);
+		assert_ptr_equal(pdma_desc_mr(d, (void *)sh.descs[0][j]), sh.mrs[j]);
+		assert_int_equal(pdma_mr_close(sh.mrs[j]), 0);
+		assert_null(pdma_desc_mr(d, (void *)sh.descs[0][j]));
+	}
+	pthread_barrier_destroy(&sh.go);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -541,6 +608,7 @@ int main(void)
 		cmocka_unit_test(test_provider_keys_parallel),
 		cmocka_unit_test(test_close_waits_for_dma),
 		cmocka_unit_test(test_desc_unique_across_threads),
+		cmocka_unit_test(test_desc_first_call_race),
 	};
 
 	return cmocka_run_group_tests_name("mr_mt", tests, NULL, NULL);
