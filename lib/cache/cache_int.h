@@ -200,6 +200,7 @@ struct pdma_cache {
 	 * that the hot lines of many regions share few TLB entries. */
 	pthread_mutex_t slab_lock;
 	struct entry *slab_free;
+	uintptr_t slab_next, slab_end; /* the newest chunk's entries never handed out */
 	void *chunks;                  /* linked through their first word */
 
 	struct retire *old_tables;     /* outgrown hash tables, freed at the end */

@@ -63,21 +63,26 @@ int pdma_cache_array_grow(void **arr, size_t *cap, size_t min, size_t sz)
 #define SHARDS_BYTES (PDMA_CACHE_SHARDS * SHARD_STRIDE)
 
 /*
- * A 2 MiB-aligned chunk, carved into DEAD entries on c->slab_free, followed
- * by the shard slots of its entries (shard.c): PDMA_CACHE_SHARDS arrays of
- * SHARD_STRIDE bytes, one per shard, so that a thread's slots share lines
- * with its own slots only. A slot's address is then arithmetic on the
- * entry's (cache_int.h, shard_slot): no load to wait for before the slot's
- * line is fetched, alongside the entry's. 5.5 MiB of address space a chunk
- * (MAP_NORESERVE); only the pages of the slots a thread writes are backed.
+ * A 2 MiB-aligned chunk of entries, followed by the shard slots of its
+ * entries (shard.c): PDMA_CACHE_SHARDS arrays of SHARD_STRIDE bytes, one per
+ * shard, so that a thread's slots share lines with its own slots only. A
+ * slot's address is then arithmetic on the entry's (cache_int.h,
+ * shard_slot): no load to wait for before the slot's line is fetched,
+ * alongside the entry's. 5.5 MiB of address space a chunk (MAP_NORESERVE);
+ * only the pages of the slots a thread writes are backed.
+ *
+ * Entries are handed out in address order as they are first needed
+ * (slab_next), not carved onto the free list when the chunk is mapped: that
+ * wrote one line of every entry of a fresh chunk, 5461 lines that a cold
+ * fill then fetched a second time when it used them. An entry is DEAD from
+ * the moment it is handed out, as one off the free list is; a reader never
+ * reaches one that was not (nothing points at it before).
  */
 static int slab_grow(struct pdma_cache *c)
 {
 	const size_t span = SLAB_CHUNK + SHARDS_BYTES, len = span + SLAB_CHUNK;
 	char *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), *a;
-	struct entry *first = NULL, *last = NULL;
-	size_t n;
 
 	if (m == MAP_FAILED)
 		return -ENOMEM;
@@ -89,22 +94,23 @@ static int slab_grow(struct pdma_cache *c)
 	if (m + len > a + span)
 		munmap(a + span, (size_t)(m + len - (a + span)));
 	madvise(a, SLAB_CHUNK, MADV_HUGEPAGE);
-	/* The first slot holds the chunk link; carve the rest. */
-	n = SLAB_CHUNK / ENTRY_SIZE;
-	for (size_t i = n - 1; i >= 1; i--) {
-		struct entry *e = (struct entry *)(a + i * ENTRY_SIZE);
+	/* The first touch, here and not under the lock: where the kernel gives
+	 * a huge page, this fault zeroes all 2 MiB (hundreds of microseconds). */
+	*(void **)a = NULL;
+	pthread_mutex_lock(&c->slab_lock);
+	*(void **)a = c->chunks; /* the first entry's room holds the chunk link */
+	c->chunks = a;
+	/* What was left of the chunk before (another thread's grow raced this
+	 * one) goes to the free list. */
+	for (; c->slab_end - c->slab_next >= ENTRY_SIZE; c->slab_next += ENTRY_SIZE) {
+		struct entry *e = (struct entry *)c->slab_next;
 
 		atomic_init(&e->refcnt, REF_DEAD);
-		e->rt.next = (struct retire *)first;
-		first = e;
-		if (!last)
-			last = e;
+		e->rt.next = (struct retire *)c->slab_free;
+		c->slab_free = e;
 	}
-	pthread_mutex_lock(&c->slab_lock);
-	*(void **)a = c->chunks;
-	c->chunks = a;
-	last->rt.next = (struct retire *)c->slab_free;
-	c->slab_free = first;
+	c->slab_next = (uintptr_t)a + ENTRY_SIZE;
+	c->slab_end = (uintptr_t)a + SLAB_CHUNK;
 	pthread_mutex_unlock(&c->slab_lock);
 	return 0;
 }
@@ -113,12 +119,22 @@ struct entry *pdma_cache_slab_alloc(struct pdma_cache *c)
 {
 	for (;;) {
 		struct entry *e;
+		bool fresh = false;
 
 		pthread_mutex_lock(&c->slab_lock);
 		e = c->slab_free;
-		if (e)
+		if (e) {
 			c->slab_free = (struct entry *)e->rt.next;
+		} else if (c->slab_end - c->slab_next >= ENTRY_SIZE) {
+			e = (struct entry *)c->slab_next;
+			c->slab_next += ENTRY_SIZE;
+			fresh = true;
+		}
 		pthread_mutex_unlock(&c->slab_lock);
+		/* Outside the lock: the store may fault a page in. The entry is
+		 * this thread's alone; nothing points at it yet. */
+		if (fresh)
+			atomic_init(&e->refcnt, REF_DEAD);
 		if (e || slab_grow(c))
 			return e;
 	}

@@ -472,6 +472,97 @@ static void test_mt_grow(void **state)
 	assert_int_equal(atomic_load(&grow_unpins), GROW_N);
 }
 
+/*
+ * The entry slab filled by several threads at once. Entries are handed out
+ * in address order from the newest 2 MiB chunk (lib/cache/slab.c); threads
+ * that find it used up map chunks of their own at the same moment, and the
+ * loser's remainder goes to the free list. Four threads insert 6000 regions
+ * each (about four chunks of entries, so each chunk boundary is crossed under
+ * contention): every region gets an entry of its own, none is pinned twice,
+ * all are found again afterwards, and all are unpinned at close.
+ */
+#define FILL_N 6000
+
+struct fill_arg {
+	struct pdma_cache *c;
+	size_t first;
+	struct pdma_region *r[FILL_N];
+};
+
+static void *fill_thread(void *arg)
+{
+	struct fill_arg *f = arg;
+
+	for (size_t i = 0; i < FILL_N; i++) {
+		if (pdma_cache_get(f->c, &grow_ops, NULL, PDMA_HMEM_SIM, grow_addr(f->first + i),
+				   4096, NULL, &f->r[i]) != 0) {
+			atomic_fetch_add(&errors, 1);
+			return NULL;
+		}
+		pdma_cache_put(f->c, f->r[i]);
+	}
+	return NULL;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+	uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void test_mt_slab_fill(void **state)
+{
+	static struct fill_arg f[NHIT];
+	static uintptr_t all[NHIT * FILL_N];
+	struct pdma_cache_attr a;
+	struct pdma_cache_stats st;
+	pthread_t th[NHIT];
+	struct pdma_cache *c;
+	size_t n = 0;
+
+	(void)state;
+	memset(&a, 0, sizeof(a));
+	a.max_count = (size_t)1 << 20;
+	a.max_size = (size_t)1 << 40;
+	a.monitor = PDMA_CACHE_MONITOR_DISABLED;
+	a.mode[PDMA_HMEM_SIM] = PDMA_CACHE_MODE_TRUST;
+	assert_int_equal(pdma_cache_open(&a, &c), 0);
+	atomic_store(&errors, 0);
+	atomic_store(&grow_pins, 0);
+	atomic_store(&grow_unpins, 0);
+	for (int t = 0; t < NHIT; t++) {
+		f[t].c = c;
+		f[t].first = (size_t)t * FILL_N;
+		assert_int_equal(pthread_create(&th[t], NULL, fill_thread, &f[t]), 0);
+	}
+	for (int t = 0; t < NHIT; t++)
+		pthread_join(th[t], NULL);
+	assert_int_equal(atomic_load(&errors), 0);
+	assert_int_equal(atomic_load(&grow_pins), NHIT * FILL_N);
+	for (int t = 0; t < NHIT; t++)
+		for (size_t i = 0; i < FILL_N; i++)
+			all[n++] = (uintptr_t)f[t].r[i];
+	qsort(all, n, sizeof(all[0]), cmp_ptr);
+	for (size_t i = 1; i < n; i++)
+		assert_true(all[i] != all[i - 1]);
+	for (int t = 0; t < NHIT; t++)
+		for (size_t i = 0; i < FILL_N; i++) {
+			struct pdma_region *r;
+
+			assert_int_equal(pdma_cache_get(c, &grow_ops, NULL, PDMA_HMEM_SIM,
+							grow_addr(f[t].first + i), 4096, NULL, &r),
+					 0);
+			assert_ptr_equal(r, f[t].r[i]);
+			pdma_cache_put(c, r);
+		}
+	assert_int_equal(atomic_load(&grow_pins), NHIT * FILL_N);
+	pdma_cache_get_stats(c, &st);
+	assert_int_equal(st.count, NHIT * FILL_N);
+	pdma_cache_close(c);
+	assert_int_equal(atomic_load(&grow_unpins), NHIT * FILL_N);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -479,6 +570,7 @@ int main(void)
 		cmocka_unit_test(test_mt_chaos),
 		cmocka_unit_test(test_mt_hits_chaos),
 		cmocka_unit_test(test_mt_grow),
+		cmocka_unit_test(test_mt_slab_fill),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
