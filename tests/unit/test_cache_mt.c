@@ -404,9 +404,23 @@ static void *grow_hitter(void *arg)
 	return NULL;
 }
 
-static void test_mt_grow(void **state)
+/* A cache of 2^20 regions for grow_ops (sim memory, trusted, no monitor). */
+static struct pdma_cache *grow_cache_open(void)
 {
 	struct pdma_cache_attr a;
+	struct pdma_cache *c = NULL;
+
+	memset(&a, 0, sizeof(a));
+	a.max_count = (size_t)1 << 20;
+	a.max_size = (size_t)1 << 40;
+	a.monitor = PDMA_CACHE_MONITOR_DISABLED;
+	a.mode[PDMA_HMEM_SIM] = PDMA_CACHE_MODE_TRUST;
+	assert_int_equal(pdma_cache_open(&a, &c), 0);
+	return c;
+}
+
+static void test_mt_grow(void **state)
+{
 	struct pdma_cache_stats st;
 	struct grow_arg g[NHIT];
 	pthread_t th[NHIT];
@@ -414,12 +428,7 @@ static void test_mt_grow(void **state)
 	struct pdma_cache *c;
 
 	(void)state;
-	memset(&a, 0, sizeof(a));
-	a.max_count = (size_t)1 << 20;
-	a.max_size = (size_t)1 << 40;
-	a.monitor = PDMA_CACHE_MONITOR_DISABLED;
-	a.mode[PDMA_HMEM_SIM] = PDMA_CACHE_MODE_TRUST;
-	assert_int_equal(pdma_cache_open(&a, &c), 0);
+	c = grow_cache_open();
 	atomic_store(&stop, 0);
 	for (size_t i = 0; i < GROW_HOT; i++) {
 		assert_int_equal(pdma_cache_get(c, &grow_ops, NULL, PDMA_HMEM_SIM, grow_addr(i),
@@ -515,19 +524,13 @@ static void test_mt_slab_fill(void **state)
 {
 	static struct fill_arg f[NHIT];
 	static uintptr_t all[NHIT * FILL_N];
-	struct pdma_cache_attr a;
 	struct pdma_cache_stats st;
 	pthread_t th[NHIT];
 	struct pdma_cache *c;
 	size_t n = 0;
 
 	(void)state;
-	memset(&a, 0, sizeof(a));
-	a.max_count = (size_t)1 << 20;
-	a.max_size = (size_t)1 << 40;
-	a.monitor = PDMA_CACHE_MONITOR_DISABLED;
-	a.mode[PDMA_HMEM_SIM] = PDMA_CACHE_MODE_TRUST;
-	assert_int_equal(pdma_cache_open(&a, &c), 0);
+	c = grow_cache_open();
 	atomic_store(&errors, 0);
 	atomic_store(&grow_pins, 0);
 	atomic_store(&grow_unpins, 0);
