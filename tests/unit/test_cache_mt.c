@@ -23,6 +23,7 @@
 
 #include "cache/cache.h"
 #include "monitor/monitor.h"
+#include "support/distinct.h"
 
 #define PG 65536ull
 #define BASE 0x7e0000000000ull
@@ -513,17 +514,10 @@ static void *fill_thread(void *arg)
 	return NULL;
 }
 
-static int cmp_ptr(const void *a, const void *b)
-{
-	uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static void test_mt_slab_fill(void **state)
 {
 	static struct fill_arg f[NHIT];
-	static uintptr_t all[NHIT * FILL_N];
+	static uint64_t all[NHIT * FILL_N];
 	struct pdma_cache_stats st;
 	pthread_t th[NHIT];
 	struct pdma_cache *c;
@@ -546,9 +540,7 @@ static void test_mt_slab_fill(void **state)
 	for (int t = 0; t < NHIT; t++)
 		for (size_t i = 0; i < FILL_N; i++)
 			all[n++] = (uintptr_t)f[t].r[i];
-	qsort(all, n, sizeof(all[0]), cmp_ptr);
-	for (size_t i = 1; i < n; i++)
-		assert_true(all[i] != all[i - 1]);
+	assert_all_distinct(all, n);
 	for (int t = 0; t < NHIT; t++)
 		for (size_t i = 0; i < FILL_N; i++) {
 			struct pdma_region *r;

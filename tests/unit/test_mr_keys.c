@@ -22,6 +22,7 @@
 #include "mr/domain.h"
 #include "peerdma/mr.h"
 #include "mem/sim.h"
+#include "support/distinct.h"
 #include "support/mr_setup.h"
 
 static void test_requested_keys(void **state)
@@ -58,13 +59,6 @@ static void test_requested_keys(void **state)
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* N keys span three blocks of a thread's keystream (505 keys each, key.c):
  * unique across the re-keying at each refill too. */
 static void test_provider_keys(void **state)
@@ -84,9 +78,7 @@ static void test_provider_keys(void **state)
 		assert_true(keys[i] != PDMA_KEY_NOTAVAIL && keys[i] != 0);
 		high += keys[i] >> 56 != 0;
 	}
-	qsort(keys, N, sizeof(keys[0]), cmp_u64);
-	for (int i = 1; i < N; i++)
-		assert_true(keys[i] != keys[i - 1]);
+	assert_all_distinct(keys, N);
 	/* 64-bit random keys: nearly all have a non-zero top byte
 	 * (P(top byte 0) = 1/256 each); sequential keys would have none. */
 	assert_true(high > N * 9 / 10);
@@ -400,6 +392,7 @@ static void test_desc_on_demand(void **state)
 	static char buf[N][64];
 	static struct pdma_mr *m[N];
 	static void *desc[N];
+	static uint64_t ids[N];
 	struct pdma_mr *late;
 
 	(void)state;
@@ -415,8 +408,8 @@ static void test_desc_on_demand(void **state)
 	}
 	assert_int_equal(d->descs.n, N);
 	for (int i = 0; i < N; i++)
-		for (int j = i + 1; j < N; j++)
-			assert_ptr_not_equal(desc[i], desc[j]);
+		ids[i] = (uintptr_t)desc[i];
+	assert_all_distinct(ids, N);
 	for (int i = 0; i < N; i += 2)
 		assert_int_equal(pdma_mr_close(m[i]), 0);
 	for (int i = 0; i < N; i++)

@@ -18,6 +18,7 @@
 #include "peerdma/mr.h"
 #include "mem/sim.h"
 #include "mr/domain.h"
+#include "support/distinct.h"
 
 #define RW (PDMA_READ | PDMA_WRITE | PDMA_REMOTE_READ | PDMA_REMOTE_WRITE)
 
@@ -491,18 +492,11 @@ static void *du_main(void *arg)
 	return NULL;
 }
 
-static int cmp_uptr(const void *a, const void *b)
-{
-	uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static void test_desc_unique_across_threads(void **state)
 {
 	static struct du_thread t[DU_THREADS];
 	static char bufs[DU_THREADS][4096] __attribute__((aligned(4096)));
-	static uintptr_t all[DU_THREADS * DU_MRS];
+	static uint64_t all[DU_THREADS * DU_MRS];
 	struct pdma_domain_attr da;
 	struct pdma_domain *d;
 	pthread_t th[DU_THREADS];
@@ -522,10 +516,8 @@ static void test_desc_unique_across_threads(void **state)
 		for (int j = 0; j < DU_MRS; j++)
 			all[n++] = t[i].descs[j];
 	}
-	qsort(all, n, sizeof(all[0]), cmp_uptr);
-	assert_true(all[0] != 0);
-	for (size_t i = 1; i < n; i++)
-		assert_true(all[i] != all[i - 1]);
+	assert_all_distinct(all, n);
+	assert_true(all[0] != 0); /* sorted: the smallest */
 	for (int i = 0; i < DU_THREADS; i++)
 		for (int j = 0; j < DU_MRS; j++)
 			assert_int_equal(pdma_mr_close(t[i].mrs[j]), 0);
