@@ -56,12 +56,24 @@ enum pdma_rx_io { PDMA_RX_IO_RECVMMSG = 0, PDMA_RX_IO_URING, PDMA_RX_IO_GRO, PDM
 /* Its name ("recvmmsg", "io_uring", "gro", "xdp"). */
 const char *pdma_rx_io_name(enum pdma_rx_io io);
 
+/* The rings' slot layout (rx/ring.h, deframe/deframe.h): auto takes packed
+ * slots (datagram at byte 4, 16-byte rounding) for slots of at most
+ * PDMA_SLOTS_PACKED_AUTO bytes where the receive path can fill them (not
+ * io_uring), the full layout (datagram at byte 36, a trailer copy) else. */
+enum pdma_slot_choice { PDMA_SLOTS_AUTO = 0, PDMA_SLOTS_FULL, PDMA_SLOTS_PACKED };
+/* The small-packet regime, where the full layout's 36-byte header and
+ * 64-byte rounding weigh most per byte: packed slots of up to 320 bytes hold
+ * datagrams of up to 316 (a 256-byte payload's 288-byte datagram, the GPU's
+ * one-pass kernel's range). */
+#define PDMA_SLOTS_PACKED_AUTO 320u
+
 struct pdma_ingest_config {
 	uint16_t port;            /* 0: ephemeral (see pdma_ingest_port) */
 	const char *bind_addr;    /* default 127.0.0.1 */
 	uint32_t threads;         /* receive threads */
 	uint32_t ring_slots;      /* per receive thread */
-	uint32_t slot_size;       /* bytes per slot (datagram + PDMA_SLOT_HDR) */
+	uint32_t slot_size;       /* bytes per slot (datagram + its slot header) */
+	enum pdma_slot_choice slot_layout;
 	uint32_t batch;           /* recvmmsg batch */
 	int rcvbuf;               /* SO_RCVBUF bytes */
 	enum pdma_rx_path path;

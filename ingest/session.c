@@ -94,6 +94,15 @@ void pdma_ingest_config_default(struct pdma_ingest_config *c)
 	pdma_dfr_config_default(&c->dfr);
 }
 
+/* The rings' layout: what c asks for, auto resolved (ingest.h). */
+static enum pdma_ring_layout ring_layout(const struct pdma_ingest_config *c)
+{
+	if (c->slot_layout == PDMA_SLOTS_AUTO)
+		return c->slot_size <= PDMA_SLOTS_PACKED_AUTO && c->rx_io != PDMA_RX_IO_URING ? PDMA_RING_PACKED
+											 : PDMA_RING_FULL;
+	return c->slot_layout == PDMA_SLOTS_PACKED ? PDMA_RING_PACKED : PDMA_RING_FULL;
+}
+
 /* The nic path's deframer and receiver: the GPU deframer reads the frames in
  * place when it can (auto: when its module loads), else the CPU deframer
  * reads a staged copy. */
@@ -130,7 +139,9 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 		msglen = sizeof(dummy);
 	}
 	if (!c->threads || c->threads > 64 || !c->batch || c->batch > PDMA_RX_MAX_BATCH ||
-	    c->slot_size < 64 + PDMA_SLOT_HDR)
+	    c->slot_layout > PDMA_SLOTS_PACKED ||
+	    c->slot_size < 64 + (ring_layout(c) == PDMA_RING_PACKED ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR) ||
+	    (c->rx_io == PDMA_RX_IO_URING && ring_layout(c) == PDMA_RING_PACKED))
 		return -EINVAL;
 	if ((c->path == PDMA_RX_DIRECT && (!c->domain || !c->sim)) ||
 	    (c->path == PDMA_RX_NIC && (!c->domain || c->threads != 1)))
@@ -192,9 +203,9 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 		}
 		if (c->path == PDMA_RX_DIRECT) {
 			ret = pdma_rx_sim_dma_open(&t->dma, c->sim, c->domain, c->ring_slots, c->slot_size,
-						   c->batch, &t->ring);
+						   ring_layout(c), c->batch, &t->ring);
 		} else {
-			ret = pdma_ring_init(&t->ring, c->ring_slots, c->slot_size);
+			ret = pdma_ring_init(&t->ring, c->ring_slots, c->slot_size, ring_layout(c));
 			if (!ret && c->domain)
 				ret = pdma_ring_register(&t->ring, c->domain, PDMA_HMEM_SYSTEM);
 			if (!ret && ing->gpu) {

@@ -52,6 +52,10 @@ static void usage(FILE *f, const struct pdma_ingest_ext *x)
 		"      --chunk B         host-staged copy size (default 4194304)\n"
 		"      --ring-slots N    slots per ring (default 8192)\n"
 		"      --slot-size B     bytes per slot (default 9216)\n"
+		"      --slot-layout L   auto (default: packed for slots of at most 320 bytes, but\n"
+		"                        not with --rx io_uring), full (a 36-byte slot header with a\n"
+		"                        copy of the trailer) or packed (a 4-byte header, slots\n"
+		"                        rounded to 16 bytes: small datagrams move fewer bytes)\n"
 		"      --batch N         recvmmsg batch (default 64)\n"
 		"      --rx IO           recvmmsg (default), io_uring (multishot recvmsg into the\n"
 		"                        ring's slots; needs Linux 5.19), gro (UDP GRO: coalesced\n"
@@ -124,6 +128,7 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 		{ "path", required_argument, NULL, 'P' },
 		{ "ring-slots", required_argument, NULL, 'r' },
 		{ "slot-size", required_argument, NULL, 'z' },
+		{ "slot-layout", required_argument, NULL, 'L' },
 		{ "batch", required_argument, NULL, 'B' },
 		{ "rx", required_argument, NULL, 'X' },
 		{ "xdp-dev", required_argument, NULL, 'x' },
@@ -157,6 +162,7 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 						    PDMA_RX_ZERO_COPY, PDMA_RX_NIC };
 	static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
 	static const char *const bufsizes[] = { "2048", "4096", NULL };
+	static const char *const layouts[] = { "auto", "full", "packed", NULL };
 	static const char *const rxs[] = { "recvmmsg", "io_uring", "gro", "xdp", NULL };
 	static const enum pdma_rx_io rx_v[] = { PDMA_RX_IO_RECVMMSG, PDMA_RX_IO_URING, PDMA_RX_IO_GRO,
 						PDMA_RX_IO_XDP };
@@ -202,6 +208,11 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 			break;
 		case 'r': bad = pdma_opt_u32(&o, 1, 1u << 24, &c->ring_slots); break;
 		case 'z': bad = pdma_opt_u32(&o, 80, 1u << 20, &c->slot_size); break;
+		case 'L':
+			bad = pdma_opt_choice(&o, layouts, &k);
+			if (!bad)
+				c->slot_layout = (enum pdma_slot_choice)k;
+			break;
 		case 'B': bad = pdma_opt_u32(&o, 1, 256, &c->batch); break;
 		case 'X':
 			bad = pdma_opt_choice(&o, rxs, &k);
@@ -271,6 +282,13 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 				     : c->rx_io == PDMA_RX_IO_GRO
 				     ? "--rx gro needs a host ring: not with --path direct or nic"
 				     : "--rx xdp needs a host ring: not with --path direct or nic");
+	if (c->slot_layout == PDMA_SLOTS_PACKED && c->rx_io == PDMA_RX_IO_URING)
+		return pdma_opt_fail(&o, "--slot-layout packed: io_uring's completion header needs the full "
+					 "layout's room before the datagram");
+	/* The fast path reads a slot's first 64 bytes after its header. */
+	if (c->path != PDMA_RX_NIC && c->slot_size < 64 + PDMA_SLOT_HDR &&
+	    (c->slot_layout == PDMA_SLOTS_FULL || c->rx_io == PDMA_RX_IO_URING))
+		return pdma_opt_fail(&o, "--slot-size: at least 100 bytes with the full slot layout");
 	if (c->xdp_dev && c->rx_io != PDMA_RX_IO_XDP)
 		return pdma_opt_fail(&o, "--xdp-dev is for --rx xdp");
 	if (c->path == PDMA_RX_NIC && c->threads != 1)

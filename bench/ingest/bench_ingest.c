@@ -44,17 +44,26 @@ double now_s(void)
 	return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-uint32_t slot_for(uint32_t pkt)
+enum pdma_ring_layout bench_layout(const struct ctx *x, uint32_t pkt)
 {
-	return (PDMA_SLOT_HDR + pkt + 63u) & ~63u;
+	if (x->layout == PDMA_SLOTS_AUTO)
+		return PDMA_SLOT_HDR_PACKED + pkt <= PDMA_SLOTS_PACKED_AUTO ? PDMA_RING_PACKED : PDMA_RING_FULL;
+	return x->layout == PDMA_SLOTS_PACKED ? PDMA_RING_PACKED : PDMA_RING_FULL;
+}
+
+uint32_t slot_for(uint32_t pkt, enum pdma_ring_layout layout)
+{
+	return layout == PDMA_RING_PACKED ? (PDMA_SLOT_HDR_PACKED + pkt + 15u) & ~15u
+					  : (PDMA_SLOT_HDR + pkt + 63u) & ~63u;
 }
 
 /* n packets of pkt bytes from 4 streams into a host ring (no injection). */
-int make_ring(struct pdma_ring *r, uint32_t pkt, size_t target_bytes, uint32_t *n_out)
+int make_ring(struct pdma_ring *r, uint32_t pkt, enum pdma_ring_layout layout, size_t target_bytes,
+	      uint32_t *n_out)
 {
 	struct pdma_gen_config g;
 	struct pdma_gen *gen;
-	uint32_t slot = slot_for(pkt), n = (uint32_t)(target_bytes / slot), si;
+	uint32_t slot = slot_for(pkt, layout), n = (uint32_t)(target_bytes / slot), si;
 	int ret;
 
 	pdma_gen_config_default(&g);
@@ -63,7 +72,7 @@ int make_ring(struct pdma_ring *r, uint32_t pkt, size_t target_bytes, uint32_t *
 	g.packets = n / 4;
 	g.context = false;
 	n = (uint32_t)(g.packets * 4);
-	ret = pdma_ring_init(r, n, slot);
+	ret = pdma_ring_init(r, n, slot, layout);
 	if (ret)
 		return ret;
 	ret = pdma_gen_open(&g, &gen);
@@ -71,12 +80,12 @@ int make_ring(struct pdma_ring *r, uint32_t pkt, size_t target_bytes, uint32_t *
 		return ret;
 	for (uint32_t i = 0; i < n; i++) {
 		uint8_t *s = pdma_ring_slot(r, i);
-		int len = pdma_gen_next(gen, s + PDMA_SLOT_HDR, slot - PDMA_SLOT_HDR, &si);
+		int len = pdma_gen_next(gen, s + r->dgram_off, pdma_ring_room(r), &si);
 		if (len <= 0) {
 			pdma_gen_close(gen);
 			return len < 0 ? len : -EIO;
 		}
-		pdma_slot_finish(s, (uint32_t)len, 0, i); /* as a receive thread does */
+		pdma_slot_finish(s, r->dgram_off, (uint32_t)len, 0, i); /* as a receive thread does */
 	}
 	pdma_gen_close(gen);
 	*n_out = n;
@@ -148,6 +157,7 @@ int main(int argc, char **argv)
 		{ "x", required_argument, NULL, 'x' },
 		{ "rx", required_argument, NULL, 'r' },
 		{ "senders", required_argument, NULL, 'S' },
+		{ "slot-layout", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -155,7 +165,7 @@ int main(int argc, char **argv)
 	const char *json_path = NULL, *parts = "abcdef";
 	int opt;
 
-	while ((opt = getopt_long(argc, argv, "qj:p:i:s:x:r:S:h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "qj:p:i:s:x:r:S:L:h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'q': x.quick = true; break;
 		case 'j': json_path = optarg; break;
@@ -171,6 +181,14 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'x': x.xlist = optarg; break;
+		case 'L':
+			if (!strcmp(optarg, "auto") || !strcmp(optarg, "full") || !strcmp(optarg, "packed")) {
+				x.layout = optarg[0] == 'a' ? PDMA_SLOTS_AUTO
+					   : optarg[0] == 'f' ? PDMA_SLOTS_FULL : PDMA_SLOTS_PACKED;
+				break;
+			}
+			fprintf(stderr, "bench_ingest: --slot-layout wants auto, full or packed\n");
+			return 2;
 		case 'r': x.rxlist = optarg; break;
 		case 'S':
 			x.senders = (uint32_t)atoi(optarg);
@@ -185,7 +203,9 @@ int main(int argc, char **argv)
 			       "                    [--rx recvmmsg,io_uring,gro,xdp]   (receive I/O of parts c (not gro, xdp) and g;\n"
 			       "                                                 default all)\n"
 			       "                    [--senders N]   (gen's sender threads in part g, 1..16;\n"
-			       "                                     default half the cores, at most 8)\n");
+			       "                                     default half the cores, at most 8)\n"
+			       "                    [--slot-layout auto|full|packed]   (the rings of a, e, x; auto:\n"
+			       "                                     packed up to 316-byte packets, as ingest)\n");
 			return 0;
 		default:
 			return 2;

@@ -22,6 +22,7 @@ struct ctx {
 	const char *xlist;  /* --x: items of (x) */
 	const char *rxlist; /* --rx: receive I/O of (c) (default both) */
 	uint32_t senders;   /* --senders: gen's sender threads in (g) (0: half the cores, 1..16) */
+	enum pdma_slot_choice layout; /* --slot-layout: the rings of (a), (e), (x) (auto as ingest's) */
 	struct pdma_gpu_ops ops;        /* the deframer (the benchmarks' module) */
 	struct pdma_gpu_bench_ops bops; /* its measurements */
 	void *dl;
@@ -29,10 +30,15 @@ struct ctx {
 };
 
 double now_s(void);
-/* Slot size for packets of pkt bytes (the datagram at PDMA_SLOT_HDR, 64-byte slots). */
-uint32_t slot_for(uint32_t pkt);
+/* The slot layout for packets of pkt bytes: --slot-layout, auto resolved as
+ * ingest resolves it for a ring sized to them (ingest.h). */
+enum pdma_ring_layout bench_layout(const struct ctx *x, uint32_t pkt);
+/* Slot size for packets of pkt bytes (the datagram after the layout's
+ * header; 64-byte slots full, 16-byte packed). */
+uint32_t slot_for(uint32_t pkt, enum pdma_ring_layout layout);
 /* n packets of pkt bytes from 4 streams into a host ring (no injection). */
-int make_ring(struct pdma_ring *r, uint32_t pkt, size_t target_bytes, uint32_t *n_out);
+int make_ring(struct pdma_ring *r, uint32_t pkt, enum pdma_ring_layout layout, size_t target_bytes,
+	      uint32_t *n_out);
 /* A deframer configuration that holds a whole ring of n packets of pkt bytes. */
 void dfr_cfg(struct pdma_dfr_config *c, uint32_t pkt, uint32_t n);
 /* --iters, or 5 with --quick, else full. */

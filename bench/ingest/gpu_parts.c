@@ -51,7 +51,7 @@ void part_a(struct ctx *x)
 		struct pdma_ring r;
 		struct pdma_dfr_config c;
 		json_t *o = json_object();
-		if (make_ring(&r, pkt, target, &n)) {
+		if (make_ring(&r, pkt, bench_layout(x, pkt), target, &n)) {
 			fprintf(stderr, "(a) cannot build %u-byte packets\n", pkt);
 			json_decref(o);
 			continue;
@@ -105,6 +105,8 @@ void part_a(struct ctx *x)
 				json_object_set_new(o, "deframe_mpps", json_real(n / bd.seconds / 1e6));
 				json_object_set_new(o, "deframe_bytes", json_real(bd.bytes));
 				json_object_set_new(o, "slot_bytes", json_integer(r.slot_size));
+				json_object_set_new(o, "slot_layout",
+						    json_string(r.dgram_off == PDMA_SLOT_HDR ? "full" : "packed"));
 				json_object_set_new(o, "d2d_gbps", json_real(bc.gbps));
 				json_object_set_new(o, "ratio_to_d2d", json_real(ratio));
 				json_object_set_new(o, "copy_kernel_gbps", json_real(bk.gbps));
@@ -139,7 +141,7 @@ void part_b(struct ctx *x)
 		json_object_set_new(x->root, "b_host_staged_vs_h2d", o);
 		return;
 	}
-	if (make_ring(&r, pkt, target, &n))
+	if (make_ring(&r, pkt, bench_layout(x, pkt), target, &n))
 		return;
 	dfr_cfg(&c, pkt, n);
 	if (x->ops.open(&c, 0, &g)) {
@@ -227,7 +229,8 @@ void part_e(struct ctx *x)
 		json_decref(arr);
 		return;
 	}
-	if (make_ring(&r, pkt, (size_t)total * slot_for(pkt), &n))
+	const enum pdma_ring_layout lay = bench_layout(x, pkt);
+	if (make_ring(&r, pkt, lay, (size_t)total * slot_for(pkt, lay), &n))
 		return;
 	dfr_cfg(&c, pkt, n);
 	if (x->ops.open(&c, 0, &g)) {
@@ -315,7 +318,7 @@ void part_x(struct ctx *x)
 		void *dev;
 		for (size_t i = 0; i < nitems; i++)
 			res[i][k] = -1;
-		if (make_ring(&r, pkt, target, &n))
+		if (make_ring(&r, pkt, bench_layout(x, pkt), target, &n))
 			continue;
 		dfr_cfg(&c, pkt, n);
 		if (x->ops.open(&c, 0, &g)) {

@@ -306,7 +306,7 @@ void part_d(struct ctx *x, json_t *ours1)
 		b.dst = malloc(b.dst_bytes);
 	}
 	struct pdma_ring pinned; /* a one-slot "ring": pinned receive memory */
-	if (pdma_ring_init(&pinned, 1, 65536 + 64))
+	if (pdma_ring_init(&pinned, 1, 65536 + 64, PDMA_RING_FULL))
 		goto out;
 	b.buf = pinned.base;
 	if (b.g)

@@ -5,12 +5,12 @@
  * drift apart: same validation, same stream table, same placement rule. Only
  * the payload copy and the loop around it differ.
  *
- * Input: a ring of fixed-size slots; each slot starts with a 16-byte header
+ * Input: a ring of fixed-size slots; each slot starts with a header
  * (struct pdma_slot_hdr: datagram length, flags, a copy of the datagram's
- * last word) and holds one received datagram at
- * byte PDMA_SLOT_HDR (36): with the DIFI prologue (28 bytes) the payload then
- * starts 64-byte aligned, so the GPU copies it with aligned, fully coalesced
- * 16-byte accesses.
+ * last word) and holds one received datagram at byte PDMA_SLOT_HDR (36), or,
+ * in a packed slot (len and flags only), at byte 4: with the DIFI prologue
+ * (28 bytes) the payload then starts 64- (16-) byte aligned, so the GPU
+ * copies it with aligned, fully coalesced 16-byte accesses.
  *
  * Output, per stream: a contiguous circular sample buffer of out_pkts packets
  * (packet p of the stream, p = sample count / samples per packet, lands at
@@ -40,14 +40,34 @@
 #include <string.h>
 
 #include "peerdma/vrt.h"
+/* frame.h also defines PDMA_DFR_FN (host and device inline), for what follows */
+#include "frame.h"
 
-#define PDMA_SLOT_HDR 36u /* datagram offset in a slot (header struct + pad) */
+#define PDMA_SLOT_HDR 36u       /* datagram offset in a full slot (header struct + pad) */
+#define PDMA_SLOT_HDR_PACKED 4u /* datagram offset in a packed slot (len and flags only) */
 
+/*
+ * Two slot layouts, told apart by each slot's own flags word, so a deframer
+ * needs nothing but the slot:
+ * - full: this struct, the datagram at PDMA_SLOT_HDR (36). The tail copy
+ *   saves the GPU a second scattered read per packet where the trailer lies
+ *   past the slot's first 64 bytes (any datagram over 28 bytes).
+ * - packed (PDMA_SLOT_PACKED): only len and flags, the datagram at
+ *   PDMA_SLOT_HDR_PACKED (4); the payload after the 28-byte DIFI prologue is
+ *   still 16-byte aligned in a slot whose size is a multiple of 16. For rings
+ *   sized to small datagrams: a 64-byte datagram takes an 80-byte slot where
+ *   the full layout takes 128 (36 + 64, rounded to 64), and a deframer reads
+ *   every slot byte once. The trailer is then read from the datagram, in or
+ *   next to the burst that holds the payload.
+ * len is 16 bits: a UDP datagram's length is; larger slots hold what a
+ * datagram can be (pdma_slot_finish marks anything longer truncated).
+ */
 struct pdma_slot_hdr {
-	uint32_t len;      /* datagram bytes in the slot (0: empty / dropped) */
-	uint32_t flags;    /* PDMA_SLOT_* */
-	uint32_t rx_seq;   /* arrival sequence of the receive thread, mod 2^32 (diagnostics) */
-	uint32_t tail;     /* PDMA_SLOT_TAIL: the datagram's last 4 bytes, as received */
+	uint16_t len;      /* datagram bytes in the slot (0: empty / dropped) */
+	uint16_t flags;    /* PDMA_SLOT_* */
+	uint32_t rx_seq;   /* full: arrival sequence of the receive thread, mod 2^32 (diagnostics) */
+	uint32_t resv;
+	uint32_t tail;     /* full, PDMA_SLOT_TAIL: the datagram's last 4 bytes, as received */
 };
 #define PDMA_SLOT_TRUNC 1u /* the datagram was larger than the slot */
 /* tail holds the datagram's last 4 bytes (a VRT packet's trailer, when it
@@ -60,21 +80,48 @@ struct pdma_slot_hdr {
  * the promise holds. A producer that cannot keep it (a NIC writing slots
  * itself) leaves the flag clear, and the trailer is read from the datagram. */
 #define PDMA_SLOT_TAIL 2u
+#define PDMA_SLOT_PACKED 4u /* packed layout: the datagram at PDMA_SLOT_HDR_PACKED */
 
-/* Fill slot's header once its datagram (len bytes at PDMA_SLOT_HDR, truncated
- * when trunc) has landed: every producer's one way to do it. */
-static inline void pdma_slot_finish(uint8_t *slot, uint32_t len, int trunc, uint32_t rx_seq)
+/* The datagram's offset in a slot whose flags word is flags. */
+PDMA_DFR_FN uint32_t pdma_slot_off(uint32_t flags)
+{
+	return (flags & PDMA_SLOT_PACKED) ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR;
+}
+
+/* A slot's datagram; *len its length where the slot holds that much, else 0
+ * (a header claiming more than its slot: the deframer's SLOT_TRUNC). */
+static inline const uint8_t *pdma_slot_dgram(const uint8_t *slot, uint32_t slot_size, uint32_t *len)
+{
+	const struct pdma_slot_hdr *h = (const struct pdma_slot_hdr *)slot;
+	const uint32_t off = pdma_slot_off(h->flags);
+
+	*len = slot_size >= off && h->len <= slot_size - off ? h->len : 0;
+	return slot + off;
+}
+
+/* Fill slot's header once its datagram (len bytes at off, the ring's
+ * PDMA_SLOT_HDR or PDMA_SLOT_HDR_PACKED, truncated when trunc) has landed:
+ * every producer's one way to do it. */
+static inline void pdma_slot_finish(uint8_t *slot, uint32_t off, uint32_t len, int trunc, uint32_t rx_seq)
 {
 	struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)slot;
+	uint32_t fl = trunc || len > 0xffffu ? PDMA_SLOT_TRUNC : 0;
 
-	h->len = len;
-	h->flags = trunc ? PDMA_SLOT_TRUNC : 0;
-	h->rx_seq = rx_seq;
-	h->tail = 0;
-	if (!trunc && len >= 4) {
-		memcpy(&h->tail, slot + PDMA_SLOT_HDR + len - 4, 4);
-		h->flags |= PDMA_SLOT_TAIL;
+	if (fl)
+		len = len > 0xffffu ? 0xffffu : len;
+	h->len = (uint16_t)len;
+	if (off == PDMA_SLOT_HDR_PACKED) {
+		h->flags = (uint16_t)(fl | PDMA_SLOT_PACKED);
+		return;
 	}
+	h->rx_seq = rx_seq;
+	h->resv = 0;
+	h->tail = 0;
+	if (!fl && len >= 4) {
+		memcpy(&h->tail, slot + PDMA_SLOT_HDR + len - 4, 4);
+		fl |= PDMA_SLOT_TAIL;
+	}
+	h->flags = (uint16_t)fl;
 }
 
 /* Deframer errors beyond the parser's (descriptor status, negated). */
@@ -142,9 +189,6 @@ struct pdma_dfr_pkt {
 	uint32_t stream;
 	uint64_t cls;         /* pdma_dfr_class() */
 };
-
-/* frame.h also defines PDMA_DFR_FN (host and device inline), for what follows */
-#include "frame.h"
 
 /* A data packet's class identity, never 0 (0 marks a stream whose class is
  * not known yet): the OUI and the information and packet class codes, or
@@ -218,22 +262,22 @@ PDMA_DFR_FN int pdma_dfr_dgram_v(const struct pdma_dfr_config *c, const uint8_t 
 }
 
 /* The header stage of a ring slot: its header's checks, then its datagram
- * (at PDMA_SLOT_HDR; r->payload_off relative to the datagram). */
+ * (at pdma_slot_off(); r->payload_off relative to the datagram). */
 PDMA_DFR_FN int pdma_dfr_header_v(const struct pdma_dfr_config *c, const uint8_t *slot,
 				  uint32_t slot_size, struct pdma_dfr_desc *d,
 				  struct pdma_dfr_pkt *r, struct pdma_vrt_packet *vp)
 {
 	const struct pdma_slot_hdr *sh = (const struct pdma_slot_hdr *)slot;
-	uint32_t len = sh->len;
+	const uint32_t len = sh->len, off = pdma_slot_off(sh->flags);
 
-	if ((sh->flags & PDMA_SLOT_TRUNC) || len > slot_size - PDMA_SLOT_HDR) {
+	if ((sh->flags & PDMA_SLOT_TRUNC) || slot_size < off || len > slot_size - off) {
 		d->pkt = 0;
 		d->stream_id = 0;
 		d->stream = PDMA_DFR_NO_STREAM;
 		d->count = 0;
 		return -PDMA_DFR_E_SLOT_TRUNC;
 	}
-	return pdma_dfr_dgram_v(c, slot + PDMA_SLOT_HDR, len, d, r, vp);
+	return pdma_dfr_dgram_v(c, slot + off, len, d, r, vp);
 }
 
 PDMA_DFR_FN int pdma_dfr_header(const struct pdma_dfr_config *c, const uint8_t *slot,
@@ -259,7 +303,8 @@ PDMA_DFR_FN int pdma_dfr_header(const struct pdma_dfr_config *c, const uint8_t *
  */
 struct pdma_dfr_pre {
 	uint32_t len, flags;       /* struct pdma_slot_hdr */
-	uint32_t tail;             /* its tail (host order) */
+	uint32_t off;              /* pdma_slot_off(flags) */
+	uint32_t tail;             /* its tail (host order; full slots) */
 	uint32_t h, sid, c0, c1;   /* VRT words 0-3 (host order) */
 	uint32_t tsi, fhi, flo;    /* VRT words 4-6 */
 };
@@ -268,24 +313,30 @@ struct pdma_dfr_pre {
 PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, struct pdma_dfr_pre *p)
 {
 #if defined(__CUDA_ARCH__)
-	const uint4 a = ((const uint4 *)slot)[0], b = ((const uint4 *)slot)[2];
-	const uint4 e = ((const uint4 *)slot)[3];
-	p->len = a.x;
-	p->flags = a.y;
+	/* All four 16-byte words, independent of the layout (one round trip:
+	 * the layout is known only from the first), then a select per field. */
+	const uint4 a = ((const uint4 *)slot)[0], q = ((const uint4 *)slot)[1];
+	const uint4 b = ((const uint4 *)slot)[2], e = ((const uint4 *)slot)[3];
+	const bool pk = (a.x >> 16) & PDMA_SLOT_PACKED;
+	p->len = a.x & 0xffffu;
+	p->flags = a.x >> 16;
+	p->off = pk ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR;
 	p->tail = __byte_perm(a.w, 0, 0x0123);
-	/* The datagram starts at byte 36 = word 1 of b. */
-	p->h = __byte_perm(b.y, 0, 0x0123);
-	p->sid = __byte_perm(b.z, 0, 0x0123);
-	p->c0 = __byte_perm(b.w, 0, 0x0123);
-	p->c1 = __byte_perm(e.x, 0, 0x0123);
-	p->tsi = __byte_perm(e.y, 0, 0x0123);
-	p->fhi = __byte_perm(e.z, 0, 0x0123);
-	p->flo = __byte_perm(e.w, 0, 0x0123);
+	/* The datagram starts at byte 4 (word 1 of a) packed, at byte 36
+	 * (word 1 of b) full. */
+	p->h = __byte_perm(pk ? a.y : b.y, 0, 0x0123);
+	p->sid = __byte_perm(pk ? a.z : b.z, 0, 0x0123);
+	p->c0 = __byte_perm(pk ? a.w : b.w, 0, 0x0123);
+	p->c1 = __byte_perm(pk ? q.x : e.x, 0, 0x0123);
+	p->tsi = __byte_perm(pk ? q.y : e.y, 0, 0x0123);
+	p->fhi = __byte_perm(pk ? q.z : e.z, 0, 0x0123);
+	p->flo = __byte_perm(pk ? q.w : e.w, 0, 0x0123);
 #else
 	const struct pdma_slot_hdr *sh = (const struct pdma_slot_hdr *)slot;
-	const uint8_t *b = slot + PDMA_SLOT_HDR;
+	const uint8_t *b = slot + pdma_slot_off(sh->flags);
 	p->len = sh->len;
 	p->flags = sh->flags;
+	p->off = pdma_slot_off(sh->flags);
 	p->tail = pdma_vrt_get32((const uint8_t *)&sh->tail);
 	p->h = pdma_vrt_get32(b);
 	p->sid = pdma_vrt_get32(b + 4);
@@ -342,8 +393,8 @@ PDMA_DFR_FN int pdma_dfr_header_fast_nt(const struct pdma_dfr_config *c, uint32_
 	uint32_t plen, spp;
 	uint64_t frac;
 
-	if (slot_size < PDMA_SLOT_HDR + 64u || (p->flags & PDMA_SLOT_TRUNC) || p->len == 0 ||
-	    p->len > slot_size - PDMA_SLOT_HDR)
+	if (slot_size < p->off + 64u || (p->flags & PDMA_SLOT_TRUNC) || p->len == 0 ||
+	    p->len > slot_size - p->off)
 		return 0;
 	/* Data with stream ID; C set, S clear; TSI any but none; TSF samples. */
 	if ((type != 1 && type != 3) || (h & 0x09000000u) != 0x08000000u || !((h >> 22) & 3u) ||
@@ -392,7 +443,7 @@ PDMA_DFR_FN int pdma_dfr_header_fast_nt(const struct pdma_dfr_config *c, uint32_
 	d->stream_id = p->sid;
 	d->stream = PDMA_DFR_NO_STREAM;
 	d->count = (uint8_t)(((h >> 16) & 15u) | 0x10u);
-	*tr_off = tr ? PDMA_SLOT_HDR + words * 4u - 4u : 0u;
+	*tr_off = tr ? p->off + words * 4u - 4u : 0u;
 	return 1;
 }
 
@@ -406,7 +457,9 @@ PDMA_DFR_FN int pdma_dfr_header_fast(const struct pdma_dfr_config *c, const uint
 		return 0;
 	/* The datagram's last word is its trailer (the fast path takes only
 	 * packets that fill the datagram exactly). */
-	return !tr_off || pdma_vrt_trailer_ok((p->flags & PDMA_SLOT_TAIL) ? p->tail : pdma_vrt_get32(slot + tr_off));
+	/* A packed slot has no tail copy (its flag is never set there). */
+	return !tr_off || pdma_vrt_trailer_ok((p->flags & (PDMA_SLOT_TAIL | PDMA_SLOT_PACKED)) == PDMA_SLOT_TAIL ?
+					      p->tail : pdma_vrt_get32(slot + tr_off));
 }
 
 /*
@@ -457,6 +510,7 @@ PDMA_DFR_FN int pdma_dfr_dgram_fast(const struct pdma_dfr_config *c, const uint8
 		return 0;
 	p.len = len;
 	p.flags = 0;
+	p.off = PDMA_SLOT_HDR;
 	p.tail = 0;
 	p.h = pdma_vrt_get32(dg);
 	p.sid = pdma_vrt_get32(dg + 4);

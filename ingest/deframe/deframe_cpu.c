@@ -94,7 +94,7 @@ uint32_t pdma_dfr_cpu_slot(const struct pdma_dfr_config *c, struct pdma_dfr_tabl
 	struct pdma_dfr_pkt r = { 0 }; /* set by the header parse when st >= 0; gcc -O2 cannot tell */
 	int st = pdma_dfr_header(c, slot, slot_size, desc, &r);
 
-	return place(c, t, st, &r, slot + PDMA_SLOT_HDR, desc);
+	return place(c, t, st, &r, slot + pdma_slot_off(((const struct pdma_slot_hdr *)slot)->flags), desc);
 }
 
 uint32_t pdma_dfr_cpu_frame(const struct pdma_dfr_config *c, struct pdma_dfr_tables *t,
@@ -127,13 +127,12 @@ void pdma_dfr_process(struct pdma_dfr *d, const struct pdma_ring *r, uint64_t fi
 	for (uint32_t i = 0; i < n; i++) {
 		struct pdma_dfr_desc desc;
 		const uint8_t *slot = pdma_ring_slot(r, first + i);
-		uint32_t len = pdma_dfr_cpu_slot(&d->cfg, &d->t, slot, r->slot_size, &desc);
-		const struct pdma_slot_hdr *h = (const struct pdma_slot_hdr *)slot;
+		uint32_t len = pdma_dfr_cpu_slot(&d->cfg, &d->t, slot, r->slot_size, &desc), dl;
+		const uint8_t *dg = pdma_slot_dgram(slot, r->slot_size, &dl);
 
 		if (desc.status == PDMA_DFR_ST_DATA)
 			d->placed++;
-		pdma_acct_add_dg(&d->acct, &desc, len, slot + PDMA_SLOT_HDR,
-				 h->len <= r->slot_size - PDMA_SLOT_HDR ? h->len : 0);
+		pdma_acct_add_dg(&d->acct, &desc, len, dg, dl);
 	}
 }
 

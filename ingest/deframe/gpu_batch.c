@@ -124,12 +124,11 @@ uint32_t pdma_gpu_batch_consume(struct pdma_gpu_batch *b, const struct pdma_ring
 	if (e)
 		batch_failed(b, n, e);
 	for (uint32_t i = 0; i < n; i++) {
-		const uint8_t *slot = base + (size_t)i * r->slot_size;
-		uint32_t len = ((const struct pdma_slot_hdr *)slot)->len;
+		uint32_t len;
+		const uint8_t *dg = pdma_slot_dgram(base + (size_t)i * r->slot_size, r->slot_size, &len);
 
 		/* the ring is host memory: the observer may read the datagram */
-		pdma_acct_add_dg(acct, &b->desc[i], 0, slot + PDMA_SLOT_HDR,
-				 len <= r->slot_size - PDMA_SLOT_HDR ? len : 0);
+		pdma_acct_add_dg(acct, &b->desc[i], 0, dg, len);
 	}
 	*last_batch = now;
 	return n;

@@ -62,7 +62,7 @@ uint32_t pdma_rx_gro_split(struct pdma_ring *r, uint64_t *head, const uint8_t *b
 			   uint32_t gso_size, bool trunc, uint32_t *seq, struct pdma_rx_gro_counts *n)
 {
 	uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-	uint32_t cap = r->slot_size - PDMA_SLOT_HDR, filled = 0;
+	uint32_t cap = pdma_ring_room(r), filled = 0;
 	/* No control message, or a bogus size: the whole message is one
 	 * datagram. A zero-length datagram is one datagram too. */
 	uint32_t seg = gso_size && gso_size < len ? gso_size : len;
@@ -87,8 +87,8 @@ uint32_t pdma_rx_gro_split(struct pdma_ring *r, uint64_t *head, const uint8_t *b
 			cl = cap;
 			t = true;
 		}
-		memcpy(slot + PDMA_SLOT_HDR, buf + off, cl);
-		pdma_slot_finish(slot, cl, t, (*seq)++);
+		memcpy(slot + r->dgram_off, buf + off, cl);
+		pdma_slot_finish(slot, r->dgram_off, cl, t, (*seq)++);
 		n->datagrams++;
 		n->bytes += cl;
 		n->truncated += t;
@@ -190,7 +190,7 @@ static int recv_direct(struct gro_rx *g, uint64_t *head, struct pdma_rx_gro_coun
 	if (k > DIRECT_IOV - 1)
 		k = DIRECT_IOV - 1;
 	for (uint32_t i = 0; i < k; i++) {
-		g->div[i].iov_base = pdma_ring_slot(r, *head + i) + PDMA_SLOT_HDR;
+		g->div[i].iov_base = pdma_ring_dgram(r, *head + i);
 		g->div[i].iov_len = g->seg;
 	}
 	g->div[k].iov_base = over;
@@ -215,7 +215,7 @@ static int recv_direct(struct gro_rx *g, uint64_t *head, struct pdma_rx_gro_coun
 		for (uint32_t d = 0; d < in; d++) {
 			uint32_t dl = len - d * g->seg < g->seg ? len - d * g->seg : g->seg;
 			bool t = trunc && d + 1 == nd;
-			pdma_slot_finish(pdma_ring_slot(r, *head), dl, t, g->seq++);
+			pdma_slot_finish(pdma_ring_slot(r, *head), r->dgram_off, dl, t, g->seq++);
 			n->datagrams++;
 			n->bytes += dl;
 			n->truncated += t;
@@ -252,7 +252,7 @@ int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bo
 
 	if (!batch || batch > PDMA_RX_MAX_BATCH)
 		return -EINVAL;
-	if (r->slot_size <= PDMA_SLOT_HDR)
+	if (r->slot_size <= r->dgram_off)
 		return -EINVAL;
 	ret = pdma_rx_gro_enable(fd);
 	if (ret)
@@ -263,7 +263,7 @@ int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bo
 	g->fd = fd;
 	g->r = r;
 	g->batch = batch;
-	g->cap = r->slot_size - PDMA_SLOT_HDR;
+	g->cap = pdma_ring_room(r);
 	/* mmap: pages are touched only as far as buffers fill (one datagram
 	 * per message where nothing coalesces). Two at least: direct mode's
 	 * overflow and its gather buffer. */

@@ -11,7 +11,8 @@
  * payload (no name, no control messages), so each buffer starts at byte
  * PDMA_SLOT_HDR - 16 = 20 of its slot and the datagram lands at byte 36, the
  * slot format's place; the slot header ([0, 16)) is written afterwards and
- * does not overlap. Without control messages the kernel's drop counter comes
+ * does not overlap. A packed ring (datagram at byte 4) leaves no room for
+ * that header and is refused. Without control messages the kernel's drop counter comes
  * from getsockopt(SO_MEMINFO) instead of SO_RXQ_OVFL.
  *
  * A full ring does not drop here: with no buffer left the multishot request
@@ -64,7 +65,7 @@ int pdma_rx_uring_open(struct pdma_rx_uring **out, int fd, struct pdma_ring *r)
 	struct io_uring_params p;
 	int ret;
 
-	if (r->slot_size < PDMA_SLOT_HDR + 64u)
+	if (r->dgram_off != PDMA_SLOT_HDR || r->slot_size < PDMA_SLOT_HDR + 64u)
 		return -EINVAL;
 	u = calloc(1, sizeof(*u));
 	if (!u)
@@ -220,7 +221,7 @@ int pdma_rx_uring_run(struct pdma_rx_uring *u, const atomic_bool *stop, struct p
 			}
 			uint32_t len = (uint32_t)cqe->res - OUT_HDR;
 			bool t = o->flags & MSG_TRUNC;
-			pdma_slot_finish(slot, len, t, (uint32_t)seq++);
+			pdma_slot_finish(slot, PDMA_SLOT_HDR, len, t, (uint32_t)seq++);
 			bytes += len;
 			trunc += t;
 			u->done++;

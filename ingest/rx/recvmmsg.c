@@ -41,8 +41,8 @@ int pdma_rx_recvmmsg_batch(int fd, struct pdma_ring *r, uint32_t batch, struct p
 		uint8_t *slot = full ? r->scratch
 			      : dma ? pdma_rx_sim_dma_buf(dma, i)
 				    : pdma_ring_slot(r, head + i);
-		iov[i].iov_base = slot + PDMA_SLOT_HDR;
-		iov[i].iov_len = r->slot_size - PDMA_SLOT_HDR;
+		iov[i].iov_base = slot + r->dgram_off;
+		iov[i].iov_len = pdma_ring_room(r);
 		memset(&msg[i].msg_hdr, 0, sizeof(msg[i].msg_hdr));
 		msg[i].msg_hdr.msg_iov = &iov[i];
 		msg[i].msg_hdr.msg_iovlen = 1;
@@ -66,9 +66,10 @@ int pdma_rx_recvmmsg_batch(int fd, struct pdma_ring *r, uint32_t batch, struct p
 	}
 	uint64_t bytes = 0;
 	for (int i = 0; i < got; i++) {
-		uint8_t *slot = (uint8_t *)iov[i].iov_base - PDMA_SLOT_HDR;
+		uint8_t *slot = (uint8_t *)iov[i].iov_base - r->dgram_off;
 		const struct pdma_slot_hdr *h = (const struct pdma_slot_hdr *)slot;
-		pdma_slot_finish(slot, msg[i].msg_len, msg[i].msg_hdr.msg_flags & MSG_TRUNC, (*seq)++);
+		pdma_slot_finish(slot, r->dgram_off, msg[i].msg_len, msg[i].msg_hdr.msg_flags & MSG_TRUNC,
+				 (*seq)++);
 		bytes += msg[i].msg_len;
 		if (h->flags & PDMA_SLOT_TRUNC)
 			atomic_fetch_add_explicit(&st->truncated, 1, memory_order_relaxed);

@@ -17,14 +17,23 @@ static uint32_t pow2_up(uint32_t v)
 	return p;
 }
 
-int pdma_ring_init(struct pdma_ring *r, uint32_t nslots, uint32_t slot_size)
+/* The layout's datagram offset and slot rounding; 0 for an unknown one. */
+static uint32_t layout_off(enum pdma_ring_layout layout, uint32_t *align)
 {
+	*align = layout == PDMA_RING_PACKED ? 16u : 64u;
+	return layout == PDMA_RING_PACKED ? PDMA_SLOT_HDR_PACKED : layout == PDMA_RING_FULL ? PDMA_SLOT_HDR : 0;
+}
+
+int pdma_ring_init(struct pdma_ring *r, uint32_t nslots, uint32_t slot_size, enum pdma_ring_layout layout)
+{
+	uint32_t align, off = layout_off(layout, &align);
+
 	memset(r, 0, sizeof(*r));
-	if (nslots == 0 || nslots > (1u << 24) || slot_size <= PDMA_SLOT_HDR ||
-	    slot_size > (1u << 20))
+	if (nslots == 0 || nslots > (1u << 24) || !off || slot_size <= off || slot_size > (1u << 20))
 		return -EINVAL;
 	r->nslots = pow2_up(nslots);
-	r->slot_size = (slot_size + 63u) & ~63u;
+	r->slot_size = (slot_size + align - 1) & ~(align - 1);
+	r->dgram_off = off;
 	r->bytes = (size_t)r->nslots * r->slot_size;
 	/* mmap, not malloc: page-aligned and zeroed, so registration pins whole
 	 * pages that hold nothing else. */
@@ -44,11 +53,16 @@ int pdma_ring_init(struct pdma_ring *r, uint32_t nslots, uint32_t slot_size)
 	return 0;
 }
 
-int pdma_ring_init_external(struct pdma_ring *r, void *mem, size_t bytes, uint32_t slot_size)
+int pdma_ring_init_external(struct pdma_ring *r, void *mem, size_t bytes, uint32_t slot_size,
+			    enum pdma_ring_layout layout)
 {
+	uint32_t align, off = layout_off(layout, &align);
+
 	memset(r, 0, sizeof(*r));
-	slot_size = (slot_size + 63u) & ~63u;
-	if (!mem || slot_size <= PDMA_SLOT_HDR || bytes < slot_size)
+	if (!mem || !off || slot_size <= off || slot_size > (1u << 20) || bytes < slot_size)
+		return -EINVAL;
+	slot_size = (slot_size + align - 1) & ~(align - 1);
+	if (bytes < slot_size)
 		return -EINVAL;
 	uint32_t n = 1;
 	while ((uint64_t)n * 2 * slot_size <= bytes && n < (1u << 24))
@@ -56,6 +70,7 @@ int pdma_ring_init_external(struct pdma_ring *r, void *mem, size_t bytes, uint32
 	r->base = mem;
 	r->nslots = n;
 	r->slot_size = slot_size;
+	r->dgram_off = off;
 	r->bytes = (size_t)n * slot_size;
 	r->external = 1;
 	r->scratch = malloc(slot_size);

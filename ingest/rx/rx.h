@@ -112,7 +112,8 @@ void pdma_rx_uring_close(struct pdma_rx_uring *u);
  * when a later step fails; close it after pdma_ring_fini(r), which closes the
  * ring's registration of that memory. */
 int pdma_rx_sim_dma_open(struct pdma_rx_sim_dma **d, struct pdma_sim *sim, struct pdma_domain *dom,
-			 uint32_t nslots, uint32_t slot_size, uint32_t batch, struct pdma_ring *r);
+			 uint32_t nslots, uint32_t slot_size, enum pdma_ring_layout layout, uint32_t batch,
+			 struct pdma_ring *r);
 /* The device's buffer for datagram i of a batch (one ring slot's size). */
 uint8_t *pdma_rx_sim_dma_buf(struct pdma_rx_sim_dma *d, uint32_t i);
 /* The device writes a finished slot (header and datagram) into ring slot idx

@@ -23,7 +23,8 @@ struct pdma_rx_sim_dma {
 };
 
 int pdma_rx_sim_dma_open(struct pdma_rx_sim_dma **out, struct pdma_sim *sim, struct pdma_domain *dom,
-			 uint32_t nslots, uint32_t slot_size, uint32_t batch, struct pdma_ring *r)
+			 uint32_t nslots, uint32_t slot_size, enum pdma_ring_layout layout, uint32_t batch,
+			 struct pdma_ring *r)
 {
 	struct pdma_rx_sim_dma *d;
 	size_t bytes = (size_t)nslots * ((slot_size + 63u) & ~63u);
@@ -41,7 +42,7 @@ int pdma_rx_sim_dma_open(struct pdma_rx_sim_dma **out, struct pdma_sim *sim, str
 	ret = pdma_sim_alloc(sim, bytes, &d->mem);
 	if (ret)
 		return ret;
-	ret = pdma_ring_init_external(r, d->mem, bytes, slot_size);
+	ret = pdma_ring_init_external(r, d->mem, bytes, slot_size, layout);
 	if (!ret)
 		ret = pdma_ring_register(r, dom, PDMA_HMEM_SIM);
 	if (ret)
@@ -66,7 +67,7 @@ int pdma_rx_sim_dma_write(struct pdma_rx_sim_dma *d, const struct pdma_ring *r, 
 	/* h->len never exceeds the slot (the socket read is bounded by it),
 	 * so the write fits the ring slot. */
 	return pdma_sim_dma_write(d->dom, d->key, (uint64_t)(uintptr_t)dst, slot,
-				  PDMA_SLOT_HDR + (size_t)h->len);
+				  r->dgram_off + (size_t)h->len);
 }
 
 void pdma_rx_sim_dma_close(struct pdma_rx_sim_dma *d)

@@ -200,7 +200,7 @@ int pdma_rx_xdp_open(struct pdma_rx_xdp **out, const char *dev, const char *bind
 	int ifindex, ret;
 
 	*out = NULL;
-	if (!port || slot_size <= PDMA_SLOT_HDR)
+	if (!port || slot_size <= PDMA_SLOT_HDR_PACKED)
 		return -EINVAL;
 	x = calloc(1, sizeof(*x));
 	if (!x)
@@ -221,8 +221,9 @@ int pdma_rx_xdp_open(struct pdma_rx_xdp **out, const char *dev, const char *bind
 	/* A frame, headers and a slot's worth of datagram, must fit after the
 	 * kernel's XDP headroom (256 bytes): 2048-byte frames where a slot
 	 * holds at most 1746 bytes (a 1500-byte MTU's datagrams), 4096 where it
-	 * holds more. Longer frames go to the stack (the program's max_len). */
-	x->chunk = slot_size - PDMA_SLOT_HDR + PDMA_FRM_ETH + PDMA_FRM_VLAN + 28u + XDP_PACKET_HEADROOM <= 2048u
+	 * holds more (either slot layout: the packed one's room). Longer frames
+	 * go to the stack (the program's max_len). */
+	x->chunk = slot_size - PDMA_SLOT_HDR_PACKED + PDMA_FRM_ETH + PDMA_FRM_VLAN + 28u + XDP_PACKET_HEADROOM <= 2048u
 			   ? 2048u : 4096u;
 	cfg.max_len = x->chunk - XDP_PACKET_HEADROOM;
 	if (bind_addr && inet_pton(AF_INET, bind_addr, &a) == 1)
@@ -384,7 +385,7 @@ static uint32_t xsk_batch(struct pdma_rx_xsk *s, struct pdma_ring *r, uint32_t b
 {
 	const struct pdma_frm_cfg fc = { .max_len = s->x->chunk, .port = s->x->port };
 	const uint32_t flags = s->x->csum_trusted ? PDMA_NIC_CQE_L4CS : 0;
-	const uint32_t cap = r->slot_size - PDMA_SLOT_HDR;
+	const uint32_t cap = pdma_ring_room(r);
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 	uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
 	uint32_t space = r->nslots - (uint32_t)(head - tail), filled = 0, idx, fidx = 0, n;
@@ -412,8 +413,8 @@ static uint32_t xsk_batch(struct pdma_rx_xsk *s, struct pdma_ring *r, uint32_t b
 			uint8_t *slot = pdma_ring_slot(r, head + filled++);
 			uint32_t l = len < cap ? len : cap;
 
-			memcpy(slot + PDMA_SLOT_HDR, f + off, l);
-			pdma_slot_finish(slot, l, len > cap, (*seq)++);
+			memcpy(slot + r->dgram_off, f + off, l);
+			pdma_slot_finish(slot, r->dgram_off, l, len > cap, (*seq)++);
 			trunc += len > cap;
 			bytes += l;
 		}

@@ -4,7 +4,8 @@
  * input, rebuilding a parsed packet reproduces its bytes exactly, and the
  * header stage's fast path (pdma_dfr_header_fast) accepts only packets that
  * the general path accepts as data, with the same descriptor and result,
- * whether the slot header carries the datagram's last word or not. */
+ * whether the slot header carries the datagram's last word or not, in full
+ * and packed slots. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,16 +39,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 	}
 
-	/* The deframer's header stage on the same bytes in a ring slot. */
-	if (size <= 9000) {
+	/* The deframer's header stage on the same bytes in a ring slot, in
+	 * either layout (deframe.h). */
+	for (int packed = 0; packed < 2 && size <= 9000; packed++) {
 		static uint8_t slot[9016 + 64];
 		struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)slot;
 		struct pdma_dfr_config c = { 4, 16, 8192, 4, 1000000 };
 		struct pdma_dfr_desc d;
 		struct pdma_dfr_pkt r;
-		h->len = (uint32_t)size;
-		h->flags = 0;
-		memcpy(slot + PDMA_SLOT_HDR, data, size);
+		const uint32_t off = packed ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR;
+		h->len = (uint16_t)size;
+		/* packed: a stray tail flag must not make the fast path trust
+		 * a copy the layout has no room for */
+		h->flags = packed ? PDMA_SLOT_PACKED | PDMA_SLOT_TAIL : 0;
+		memcpy(slot + off, data, size);
 		int st = pdma_dfr_header(&c, slot, sizeof(slot), &d, &r);
 		if (st == PDMA_DFR_ST_DATA &&
 		    ((size_t)r.payload_off + r.payload_len > size || r.payload_len > c.max_payload))
@@ -55,14 +60,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (st < 0 && -st >= PDMA_DFR_E__MAX)
 			abort();
 		/* The fast path from a slot header without and with the
-		 * producer's copy of the last word (PDMA_SLOT_TAIL). */
+		 * producer's finish (full: the copy of the last word,
+		 * PDMA_SLOT_TAIL). */
 		for (int tail = 0; tail < 2; tail++) {
 			struct pdma_dfr_pre pre;
 			struct pdma_dfr_desc fd;
 			struct pdma_dfr_pkt fr;
 			if (tail)
-				pdma_slot_finish(slot, (uint32_t)size, 0, 7);
+				pdma_slot_finish(slot, off, (uint32_t)size, 0, 7);
 			pdma_dfr_prefix(slot, &pre);
+			if (pre.off != off)
+				abort();
 			if (pdma_dfr_header_fast(&c, slot, sizeof(slot), &pre, &fd, &fr) &&
 			    (st != PDMA_DFR_ST_DATA || fd.pkt != d.pkt || fd.stream_id != d.stream_id ||
 			     fd.stream != d.stream || fd.count != d.count || fr.pkt != r.pkt ||

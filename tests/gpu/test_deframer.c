@@ -7,7 +7,8 @@
  * and small batches of varying size, so graphs are built, replayed with new
  * parameters and evicted); and for each kernel (auto, v11, v16, v7s), on a ring
  * whose payloads all allow 16-byte copies as well as on one whose payloads do
- * not. The rings hold malformed packets, failing
+ * not, and on a ring of packed slots (deframe.h) sized to small datagrams
+ * (64- and 284-byte packets in 288-byte slots). The rings hold malformed packets, failing
  * trailers among them (alone and beside a valid copy of the same packet),
  * and slots with and without the receive side's copy of the datagram's last
  * word (PDMA_SLOT_TAIL), which the fast path trusts (test_slot_tail shows it
@@ -35,6 +36,7 @@
 struct ringref {
 	const char *name;
 	struct pdma_ring ring;
+	bool packed;
 	uint32_t n;
 	uint32_t streams;
 	struct pdma_dfr cpu;
@@ -47,7 +49,7 @@ struct fixture {
 	void *dl;
 	struct pdma_gpu_dfr *g;
 	struct pdma_dfr_config cfg;
-	struct ringref mixed, aligned;
+	struct ringref mixed, aligned, packed;
 	struct pdma_dfr_desc *gpu_desc;
 	struct pdma_dfr_tables host; /* GPU tables copied back */
 };
@@ -56,6 +58,7 @@ static struct fixture F;
 
 /* Interleave two generators (different packet sizes, loss, dup, reorder),
  * then break a few packets in place so malformed handling is compared too.
+ * R->packed: 64- and 284-byte packets in packed 288-byte slots.
  * mixed: the second generator's payloads (260 bytes, no trailer) are not a
  * multiple of 16, so groups with them take the 4-byte copy; aligned: 1024-
  * and 256-byte payloads only (16-byte copies). */
@@ -70,7 +73,7 @@ static void fill_ring(struct ringref *R, bool aligned)
 	pdma_gen_config_default(&a);
 	a.streams = 4;
 	a.packets = 3000;
-	a.packet_size = 1056;
+	a.packet_size = R->packed ? 64 : 1056;
 	a.loss_pm = 5;
 	a.loss_burst = 16;
 	a.dup_pm = 10;
@@ -84,7 +87,10 @@ static void fill_ring(struct ringref *R, bool aligned)
 	R->streams = 7;
 	assert_int_equal(pdma_gen_open(&a, &ga), 0);
 	assert_int_equal(pdma_gen_open(&b, &gb), 0);
-	assert_int_equal(pdma_ring_init(&R->ring, 32768, SLOT), 0);
+	assert_int_equal(pdma_ring_init(&R->ring, 32768, R->packed ? 288 : SLOT,
+				       R->packed ? PDMA_RING_PACKED : PDMA_RING_FULL), 0);
+	const uint32_t off = R->ring.dgram_off, ss = R->ring.slot_size;
+	const uint16_t lay = R->packed ? PDMA_SLOT_PACKED : 0;
 	bool done[2] = { false, false };
 	for (int turn = 0; !(done[0] && done[1]); turn++) {
 		int w = turn % 2;
@@ -92,14 +98,14 @@ static void fill_ring(struct ringref *R, bool aligned)
 			continue;
 		uint8_t *s = pdma_ring_slot(&R->ring, i);
 		struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)s;
-		len = pdma_gen_next(w ? gb : ga, s + PDMA_SLOT_HDR, SLOT - PDMA_SLOT_HDR, &si);
+		len = pdma_gen_next(w ? gb : ga, s + off, ss - off, &si);
 		assert_true(len >= 0);
 		if (len == 0) {
 			done[w] = true;
 			continue;
 		}
-		h->len = (uint32_t)len;
-		h->flags = 0;
+		h->len = (uint16_t)len;
+		h->flags = lay;
 		i++;
 		assert_true(i < R->ring.nslots);
 	}
@@ -110,22 +116,22 @@ static void fill_ring(struct ringref *R, bool aligned)
 	for (uint64_t k = 50; k + 1 < i; k += 211) {
 		uint8_t *s = pdma_ring_slot(&R->ring, k);
 		const struct pdma_slot_hdr *h = (const struct pdma_slot_hdr *)s;
-		if (!(s[PDMA_SLOT_HDR] & 0x04) || (s[PDMA_SLOT_HDR] >> 4) != 1)
+		if (!(s[off] & 0x04) || (s[off] >> 4) != 1)
 			continue; /* not a data packet with a trailer */
 		const uint32_t kind = (uint32_t)(k / 211) % 3;
 		if (kind)
-			memcpy(pdma_ring_slot(&R->ring, k + 1), s, SLOT);
-		uint8_t *t = (kind == 2 ? pdma_ring_slot(&R->ring, k + 1) : s) + PDMA_SLOT_HDR + h->len - 4;
+			memcpy(pdma_ring_slot(&R->ring, k + 1), s, ss);
+		uint8_t *t = (kind == 2 ? pdma_ring_slot(&R->ring, k + 1) : s) + off + h->len - 4;
 		t[2] |= 0x01;  /* indicator bit 8 ... */
 		t[1] &= ~0x10; /* ... without enable bit 20 */
 	}
 	for (uint64_t k = 100; k < i; k += 997) {
 		uint8_t *s = pdma_ring_slot(&R->ring, k);
 		switch ((k / 997) % 4) {
-		case 0: s[PDMA_SLOT_HDR] = 0x9c; break;                        /* reserved type */
+		case 0: s[off] = 0x9c; break;                                  /* reserved type */
 		case 1: ((struct pdma_slot_hdr *)s)->len -= 4; break;          /* truncated */
-		case 2: s[PDMA_SLOT_HDR + 8] = 0xff; break;                    /* class reserved bits */
-		case 3: ((struct pdma_slot_hdr *)s)->flags = PDMA_SLOT_TRUNC; break;
+		case 2: s[off + 8] = 0xff; break;                              /* class reserved bits */
+		case 3: ((struct pdma_slot_hdr *)s)->flags = PDMA_SLOT_TRUNC | lay; break;
 		}
 	}
 	/* No packet here changes its stream's class ID: within one launch the
@@ -141,7 +147,7 @@ static void fill_ring(struct ringref *R, bool aligned)
 		uint8_t *s = pdma_ring_slot(&R->ring, k);
 		const struct pdma_slot_hdr *h = (const struct pdma_slot_hdr *)s;
 		if (k % 3)
-			pdma_slot_finish(s, h->len, h->flags & PDMA_SLOT_TRUNC, (uint32_t)k);
+			pdma_slot_finish(s, off, h->len, h->flags & PDMA_SLOT_TRUNC, (uint32_t)k);
 	}
 	pdma_gen_close(ga);
 	pdma_gen_close(gb);
@@ -216,7 +222,9 @@ static int setup(void **state)
 	F.host.tags = calloc(tags, 8);
 	F.host.out = malloc(tags * F.cfg.max_payload);
 	F.gpu_desc = calloc(32768, sizeof(*F.gpu_desc));
-	if (ring_setup(&F.mixed, "mixed", false) || ring_setup(&F.aligned, "aligned", true))
+	F.packed.packed = true;
+	if (ring_setup(&F.mixed, "mixed", false) || ring_setup(&F.aligned, "aligned", true) ||
+	    ring_setup(&F.packed, "packed", true))
 		return -1;
 	return 0;
 }
@@ -226,6 +234,7 @@ static int teardown(void **state)
 	(void)state;
 	ring_teardown(&F.mixed);
 	ring_teardown(&F.aligned);
+	ring_teardown(&F.packed);
 	if (F.g)
 		F.ops.close(F.g);
 	pdma_gpu_unload(F.dl);
@@ -429,8 +438,8 @@ static void test_kernels(void **state)
 	for (size_t v = 0; v < sizeof(names) / sizeof(names[0]); v++) {
 		assert_int_equal(F.ops.set_kernel(F.g, names[v]), 0);
 		assert_string_equal(F.ops.kernel_name(F.g), names[v]);
-		struct ringref *rings[2] = { &F.mixed, &F.aligned };
-		for (int r = 0; r < 2; r++) {
+		struct ringref *rings[3] = { &F.mixed, &F.aligned, &F.packed };
+		for (int r = 0; r < 3; r++) {
 			begin(PDMA_GPU_LAUNCH_GRAPH);
 			run_batches(rings[r], DIRECT, WHOLE, 1, 0);
 			end(PDMA_GPU_LAUNCH_GRAPH);
@@ -443,6 +452,12 @@ static void test_kernels(void **state)
 		begin(PDMA_GPU_LAUNCH_STREAM);
 		run_batches(&F.aligned, ZERO_COPY, WHOLE, 1, 0);
 		compare(&F.aligned, "zero-copy");
+		begin(PDMA_GPU_LAUNCH_STREAM);
+		run_batches(&F.packed, ZERO_COPY, WHOLE, 1, 0);
+		compare(&F.packed, "packed, zero-copy");
+		begin(PDMA_GPU_LAUNCH_STREAM);
+		run_batches(&F.packed, STAGED, WHOLE, 1, 64u << 10);
+		compare(&F.packed, "packed, host-staged");
 	}
 	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
 	assert_int_equal(F.ops.set_kernel(F.g, "nonesuch"), -ENOENT);
@@ -581,7 +596,7 @@ static void test_slot_tail(void **state)
 	for (uint32_t i = 0; i < n; i++) {
 		uint8_t *s = h + (size_t)i * ss;
 		struct pdma_slot_hdr *sh = (struct pdma_slot_hdr *)s;
-		pdma_slot_finish(s, sh->len, sh->flags & PDMA_SLOT_TRUNC, i);
+		pdma_slot_finish(s, PDMA_SLOT_HDR, sh->len, sh->flags & PDMA_SLOT_TRUNC, i);
 		if (R->cpu_desc[i].status == PDMA_DFR_ST_DATA && (s[PDMA_SLOT_HDR] & 0x04) && i % 3 == 0) {
 			s[PDMA_SLOT_HDR + sh->len - 1] ^= 0x01; /* count without E: fails */
 			broken[nb++] = i;

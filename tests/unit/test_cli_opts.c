@@ -50,6 +50,7 @@ static const char *const paths[] = { "cpu", "direct", "host-staged", "zero-copy"
 static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
 static const char *const bufsizes[] = { "2048", "4096", NULL };
 static const char *const rxs[] = { "recvmmsg", "io_uring", "gro", "xdp", NULL };
+static const char *const layouts[] = { "auto", "full", "packed", NULL };
 static const char *const benches[] = { "reg", "dma", "all", NULL };
 static const char *const zfmts[] = { "ci16", "cf32", NULL };
 static const char *const zpols[] = { "drop-oldest", "backpressure", NULL };
@@ -78,6 +79,7 @@ static const struct optspec ingest_opts[] = {
 	{ "port", 'p', UINT, NULL },        { "bind", 'b', IPV4, NULL },
 	{ "threads", 't', UINT, NULL },     { "path", 0, CHOICE, paths },
 	{ "ring-slots", 0, UINT, NULL },    { "slot-size", 0, UINT, NULL },
+	{ "slot-layout", 0, CHOICE, layouts },
 	{ "batch", 0, UINT, NULL },         { "rx", 0, CHOICE, rxs },
 	{ "xdp-dev", 0, STR, NULL },
 	{ "chunk", 0, UINT, NULL },         { "no-register", 0, FLAG, NULL },

@@ -22,7 +22,7 @@ static void put_slot(struct pdma_ring *r, uint64_t i, const uint8_t *pkt, uint32
 {
 	uint8_t *s = pdma_ring_slot(r, i);
 	memcpy(s + PDMA_SLOT_HDR, pkt, len);
-	pdma_slot_finish(s, len, 0, (uint32_t)i);
+	pdma_slot_finish(s, PDMA_SLOT_HDR, len, 0, (uint32_t)i);
 }
 
 static int data_pkt(uint8_t *b, uint32_t id, uint64_t p, uint32_t spp, uint64_t rate)
@@ -60,7 +60,7 @@ static void test_deframe_and_account(void **state)
 
 	cfg_small(&c);
 	assert_int_equal(pdma_dfr_init(&d, &c), 0);
-	assert_int_equal(pdma_ring_init(&r, 16, SLOT), 0);
+	assert_int_equal(pdma_ring_init(&r, 16, SLOT, PDMA_RING_FULL), 0);
 	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)
 		put_slot(&r, i, b, (uint32_t)data_pkt(b, id, 1000 + order[i], spp, c.sample_rate));
 	pdma_dfr_process(&d, &r, 0, 14);
@@ -126,7 +126,7 @@ static void test_class_mismatch(void **state)
 
 	cfg_small(&c);
 	assert_int_equal(pdma_dfr_init(&d, &c), 0);
-	assert_int_equal(pdma_ring_init(&r, 32, SLOT), 0);
+	assert_int_equal(pdma_ring_init(&r, 32, SLOT, PDMA_RING_FULL), 0);
 #define PUT(...) put_slot(&r, i++, b, (uint32_t)data_pkt_cls(b, __VA_ARGS__))
 	PUT(0x55, 100, spp, c.sample_rate, 1, A, 1);      /* claims class (A, 1, 1) */
 	PUT(0x55, 101, spp, c.sample_rate, 1, A, 1);
@@ -183,7 +183,7 @@ static void test_malformed_accounting(void **state)
 	cfg_small(&c);
 	c.max_streams = 2;
 	assert_int_equal(pdma_dfr_init(&d, &c), 0);
-	assert_int_equal(pdma_ring_init(&r, 32, SLOT), 0);
+	assert_int_equal(pdma_ring_init(&r, 32, SLOT, PDMA_RING_FULL), 0);
 	n = data_pkt(b, 7, 10, 16, c.sample_rate);
 	put_slot(&r, i++, b, (uint32_t)n);                /* good: stream 7 -> index 0 */
 	put_slot(&r, i++, b, (uint32_t)n - 4);            /* truncated */
@@ -374,7 +374,7 @@ static int fast_vs_general(const struct pdma_dfr_config *c, const uint8_t *slot,
 	int fast = pdma_dfr_header_fast(c, slot, slot_size, &pre, &fd, &fr);
 	if (nt) {
 		bool tok = !tr_off || pdma_vrt_trailer_ok(pdma_vrt_get32(slot + tr_off));
-		assert_int_equal(tr_off, (pre.h >> 26) & 1u ? PDMA_SLOT_HDR + pre.len - 4 : 0);
+		assert_int_equal(tr_off, (pre.h >> 26) & 1u ? pre.off + pre.len - 4 : 0);
 		assert_int_equal(fast, tok);
 		assert_int_equal(st, tok ? PDMA_DFR_ST_DATA : -PDMA_VRT_E_TRAILER);
 		assert_int_equal(nd.stream_id, d.stream_id);
@@ -461,7 +461,7 @@ static void test_header_fast(void **state)
 					continue;
 				}
 				assert_int_equal(fast_vs_general(&c, slot, ss), 1);
-				pdma_slot_finish(slot, (uint32_t)n, 0, 0); /* with the copy of the last word */
+				pdma_slot_finish(slot, PDMA_SLOT_HDR, (uint32_t)n, 0, 0); /* with the copy of the last word */
 				assert_int_equal(h->flags, PDMA_SLOT_TAIL);
 				assert_int_equal(fast_vs_general(&c, slot, ss), 1);
 				h->flags = 0;
@@ -510,7 +510,7 @@ static void test_header_fast(void **state)
 						bool ok = !((t >> 8) & 0xfffu & ~(t >> 20)) &&
 							  ((t & PDMA_VRT_TR_E) || !(t & 0x7fu));
 						assert_int_equal(fast_vs_general(&c, slot, ss), ok);
-						pdma_slot_finish(slot, (uint32_t)n, 0, 0);
+						pdma_slot_finish(slot, PDMA_SLOT_HDR, (uint32_t)n, 0, 0);
 						assert_int_equal(fast_vs_general(&c, slot, ss), ok);
 						h->flags = 0;
 						*tb ^= (uint8_t)(1u << (bit % 8));
@@ -524,7 +524,7 @@ static void test_header_fast(void **state)
 					struct pdma_dfr_pre pre;
 					struct pdma_dfr_desc fd;
 					struct pdma_dfr_pkt fr;
-					pdma_slot_finish(slot, (uint32_t)n, 0, 0);
+					pdma_slot_finish(slot, PDMA_SLOT_HDR, (uint32_t)n, 0, 0);
 					slot[PDMA_SLOT_HDR + n - 1] ^= 0x01;
 					pdma_dfr_prefix(slot, &pre);
 					assert_int_equal(pdma_dfr_header_fast(&c, slot, ss, &pre, &fd, &fr), 1);
@@ -592,23 +592,116 @@ static void test_ring(void **state)
 	struct pdma_ring r;
 	uint8_t mem[4096];
 	(void)state;
-	assert_int_equal(pdma_ring_init(&r, 0, 2048), -EINVAL);
-	assert_int_equal(pdma_ring_init(&r, 8, 16), -EINVAL);
-	assert_int_equal(pdma_ring_init(&r, 5, 1000), 0);
+	assert_int_equal(pdma_ring_init(&r, 0, 2048, PDMA_RING_FULL), -EINVAL);
+	assert_int_equal(pdma_ring_init(&r, 8, 16, PDMA_RING_FULL), -EINVAL);
+	assert_int_equal(pdma_ring_init(&r, 5, 1000, PDMA_RING_FULL), 0);
 	assert_int_equal(r.nslots, 8);
 	assert_int_equal(r.slot_size, 1024);
 	assert_ptr_equal(pdma_ring_slot(&r, 9), r.base + 1024);
 	assert_int_equal(pdma_ring_register(&r, NULL, 0), -EINVAL);
 	pdma_ring_fini(&r);
-	assert_int_equal(pdma_ring_init_external(&r, mem, sizeof(mem), 1000), 0);
+	assert_int_equal(pdma_ring_init_external(&r, mem, sizeof(mem), 1000, PDMA_RING_FULL), 0);
 	assert_int_equal(r.nslots, 4);
 	pdma_ring_fini(&r);
-	assert_int_equal(pdma_ring_init_external(&r, NULL, sizeof(mem), 1000), -EINVAL);
+	assert_int_equal(pdma_ring_init_external(&r, NULL, sizeof(mem), 1000, PDMA_RING_FULL), -EINVAL);
 	struct pdma_dfr_config c;
 	struct pdma_dfr d;
 	cfg_small(&c);
 	c.max_payload = 1022;
 	assert_int_equal(pdma_dfr_init(&d, &c), -EINVAL);
+}
+
+/* Packed slots (deframe.h): the ring's geometry, what a producer's finish
+ * writes (two 16-bit words, nothing of the datagram), and the CPU deframer's
+ * result on a packed ring equal to the full ring's for the same traffic
+ * (placed samples, tags, descriptors' accounting), with the fast path taking
+ * every data packet and a datagram longer than the slot refused. */
+static void test_packed_slots(void **state)
+{
+	static const uint32_t sizes[] = { 64, 256, 1024 };
+	struct pdma_ring rf, rp;
+	(void)state;
+
+	assert_int_equal(pdma_ring_init(&rp, 8, 4, PDMA_RING_PACKED), -EINVAL);
+	assert_int_equal(pdma_ring_init(&rp, 8, 68, PDMA_RING_PACKED), 0);
+	assert_int_equal(rp.slot_size, 80); /* 16-byte rounding, not 64 */
+	assert_int_equal(rp.dgram_off, PDMA_SLOT_HDR_PACKED);
+	assert_int_equal(pdma_ring_room(&rp), 76);
+	assert_ptr_equal(pdma_ring_dgram(&rp, 9), rp.base + 80 + 4);
+	pdma_ring_fini(&rp);
+	assert_int_equal(pdma_ring_init(&rp, 8, 100, (enum pdma_ring_layout)7), -EINVAL);
+
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		struct pdma_dfr_config c;
+		struct pdma_dfr df, dp;
+		struct pdma_gen_config gc;
+		struct pdma_gen *g;
+		uint8_t b[SLOT];
+		uint32_t si, n = 0;
+		int len, fast = 0, data = 0;
+
+		pdma_gen_config_default(&gc);
+		gc.packet_size = sizes[k];
+		gc.trailer = true;
+		gc.packets = 100;
+		gc.streams = 2;
+		gc.loss_pm = 30;
+		gc.dup_pm = 30;
+		gc.reorder_pm = 30;
+		cfg_small(&c);
+		c.sample_rate = gc.sample_rate;
+		c.out_pkts = 256;
+		assert_int_equal(pdma_gen_open(&gc, &g), 0);
+		assert_int_equal(pdma_ring_init(&rf, 512, PDMA_SLOT_HDR + sizes[k], PDMA_RING_FULL), 0);
+		assert_int_equal(pdma_ring_init(&rp, 512, PDMA_SLOT_HDR_PACKED + sizes[k], PDMA_RING_PACKED), 0);
+		assert_true(rp.slot_size < rf.slot_size);
+		while ((len = pdma_gen_next(g, b, sizeof(b), &si)) > 0) {
+			uint8_t *sf = pdma_ring_slot(&rf, n), *sp = pdma_ring_slot(&rp, n);
+			const struct pdma_slot_hdr *h = (const struct pdma_slot_hdr *)sp;
+
+			assert_true(n < 512);
+			memcpy(sf + PDMA_SLOT_HDR, b, (size_t)len);
+			pdma_slot_finish(sf, PDMA_SLOT_HDR, (uint32_t)len, 0, n);
+			memcpy(pdma_ring_dgram(&rp, n), b, (size_t)len);
+			pdma_slot_finish(sp, rp.dgram_off, (uint32_t)len, 0, n);
+			assert_int_equal(h->len, len);
+			assert_int_equal(h->flags, PDMA_SLOT_PACKED); /* no tail copy: no room */
+			assert_memory_equal(sp + PDMA_SLOT_HDR_PACKED, b, (size_t)len);
+			fast += fast_vs_general(&c, sp, rp.slot_size);
+			data += b[0] >> 4 != PDMA_VRT_CONTEXT;
+			n++;
+		}
+		pdma_gen_close(g);
+		assert_int_equal(fast, data); /* every data packet */
+		assert_true(data > 150);
+		assert_int_equal(pdma_dfr_init(&df, &c), 0);
+		assert_int_equal(pdma_dfr_init(&dp, &c), 0);
+		pdma_dfr_process(&df, &rf, 0, n);
+		pdma_dfr_process(&dp, &rp, 0, n);
+		assert_true(df.placed > 150);
+		assert_int_equal(dp.placed, df.placed);
+		assert_memory_equal(dp.t.tags, df.t.tags, (size_t)c.max_streams * c.out_pkts * sizeof(uint64_t));
+		assert_memory_equal(pdma_dfr_out(&dp, 0), pdma_dfr_out(&df, 0),
+				    (size_t)c.max_streams * c.out_pkts * c.max_payload);
+		for (uint32_t s = 0; s < 2; s++) {
+			struct pdma_stream_stats a, e;
+			assert_true(pdma_acct_stream(&df.acct, s, &e));
+			assert_true(pdma_acct_stream(&dp.acct, s, &a));
+			assert_memory_equal(&a, &e, sizeof(a));
+		}
+
+		/* More than a packed slot holds: truncated, refused. */
+		uint8_t *sp = pdma_ring_slot(&rp, 0);
+		struct pdma_dfr_desc d;
+		pdma_slot_finish(sp, rp.dgram_off, pdma_ring_room(&rp), 1, 0);
+		assert_int_equal(((const struct pdma_slot_hdr *)sp)->flags, PDMA_SLOT_PACKED | PDMA_SLOT_TRUNC);
+		assert_int_equal(pdma_dfr_cpu_slot(&c, &dp.t, sp, rp.slot_size, &d), 0);
+		assert_int_equal(d.status, -PDMA_DFR_E_SLOT_TRUNC);
+		pdma_dfr_fini(&df);
+		pdma_dfr_fini(&dp);
+		pdma_ring_fini(&rf);
+		pdma_ring_fini(&rp);
+	}
 }
 
 int main(void)
@@ -623,6 +716,7 @@ int main(void)
 		cmocka_unit_test(test_header_fast),
 		cmocka_unit_test(test_pcap),
 		cmocka_unit_test(test_ring),
+		cmocka_unit_test(test_packed_slots),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -75,7 +75,7 @@ static void test_split_short_last(void **state)
 	uint64_t head = 0;
 	uint32_t seq = 5;
 
-	assert_int_equal(pdma_ring_init(&r, 8, 128), 0); /* 92 bytes a datagram */
+	assert_int_equal(pdma_ring_init(&r, 8, 128, PDMA_RING_FULL), 0); /* 92 bytes a datagram */
 	uint32_t len = fill(buf, 4, 80, 20);
 	assert_int_equal(pdma_rx_gro_split(&r, &head, buf, len, 80, false, &seq, &n), 4);
 	assert_int_equal(head, 4);
@@ -108,7 +108,7 @@ static void test_split_ring_full(void **state)
 	uint8_t buf[512];
 	uint32_t seq = 0;
 
-	assert_int_equal(pdma_ring_init(&r, 4, 128), 0);
+	assert_int_equal(pdma_ring_init(&r, 4, 128, PDMA_RING_FULL), 0);
 	uint64_t head = 2; /* slots 0, 1: the consumer's */
 	atomic_store(&r.head, 2);
 	memset(pdma_ring_slot(&r, 0), 0xee, 128);
@@ -141,7 +141,7 @@ static void test_split_truncated(void **state)
 	uint64_t head = 0;
 	uint32_t seq = 0;
 
-	assert_int_equal(pdma_ring_init(&r, 8, 128), 0);
+	assert_int_equal(pdma_ring_init(&r, 8, 128, PDMA_RING_FULL), 0);
 	uint32_t len = fill(buf, 3, 100, 50); /* 100 > 92 */
 	assert_int_equal(pdma_rx_gro_split(&r, &head, buf, len, 100, false, &seq, &n), 3);
 	check_slot(&r, 0, 0, 92, PDMA_SLOT_TRUNC, 0);
@@ -184,7 +184,7 @@ static void rx_start(struct rx *x, uint32_t nslots, uint32_t slot)
 	int sz = 8 << 20, seg = 1000;
 
 	memset(x, 0, sizeof(*x));
-	assert_int_equal(pdma_ring_init(&x->ring, nslots, slot), 0);
+	assert_int_equal(pdma_ring_init(&x->ring, nslots, slot, PDMA_RING_FULL), 0);
 	x->lens = calloc(4096, sizeof(*x->lens));
 	assert_non_null(x->lens);
 	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -57,7 +57,7 @@ static int rx_start(struct rx *x, uint32_t nslots, uint32_t slot, int rcvbuf)
 {
 	socklen_t al = sizeof(x->to);
 	memset(x, 0, sizeof(*x));
-	assert_int_equal(pdma_ring_init(&x->ring, nslots, slot), 0);
+	assert_int_equal(pdma_ring_init(&x->ring, nslots, slot, PDMA_RING_FULL), 0);
 	x->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	x->tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	assert_true(x->fd >= 0 && x->tx >= 0);

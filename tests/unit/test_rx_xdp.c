@@ -101,7 +101,7 @@ static void fix_open(struct fix *f, uint32_t slots)
 	f->open = true;
 	assert_int_equal(pdma_rx_socket_open("127.0.0.1", 0, 4 << 20, &f->fd), 0);
 	f->port = pdma_rx_socket_port(f->fd);
-	assert_int_equal(pdma_ring_init(&f->r, slots, SLOT), 0);
+	assert_int_equal(pdma_ring_init(&f->r, slots, SLOT, PDMA_RING_FULL), 0);
 	int e = pdma_rx_xdp_open(&f->x, NULL, "127.0.0.1", f->port, SLOT, f->msg, sizeof(f->msg));
 	if (!e)
 		e = pdma_rx_xsk_open(&f->s, f->x, 0, f->msg, sizeof(f->msg));

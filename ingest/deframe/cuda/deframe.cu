@@ -155,10 +155,11 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	const int si = s == g->s[1];
 	/* Windows per packet: the longest payload a slot can hold and the
 	 * configuration accepts, narrowed by the longest payload seen so far
-	 * when known; +1 for a misaligned destination. */
+	 * when known (a packed slot's datagram starts earlier: the bound of
+	 * either layout); +1 for a misaligned destination. */
 	uint32_t hintk;
-	uint32_t stride = copy_stride(g, std::min(g->c.max_payload, slot_size > PDMA_SLOT_HDR + 4 ?
-							     slot_size - PDMA_SLOT_HDR - 4 : 0u), &hintk);
+	uint32_t stride = copy_stride(g, std::min(g->c.max_payload, slot_size > PDMA_SLOT_HDR_PACKED + 4 ?
+							     slot_size - PDMA_SLOT_HDR_PACKED - 4 : 0u), &hintk);
 	const uint64_t thr = (uint64_t)n * stride;
 	if (thr >= (1ull << 32) - 8192)
 		return 1;

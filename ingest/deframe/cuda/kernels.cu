@@ -188,17 +188,22 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 {
 	struct pdma_dfr_pkt r;
 	int st = PDMA_DFR_ST_DATA;
+	uint32_t doff; /* the datagram's offset in the slot (its layout) */
 	if constexpr (FAST) {
-		if (!(pp && pdma_dfr_header_fast(&c, slot, slot_size, pp, &d, &r))) {
+		if (pp && pdma_dfr_header_fast(&c, slot, slot_size, pp, &d, &r)) {
+			doff = pp->off;
+		} else {
 			const struct dfr_hres h = dfr_header_slow(c, slot, slot_size);
 			d = h.d;
 			r = h.r;
 			st = h.st;
+			doff = pdma_slot_off(((const struct pdma_slot_hdr *)slot)->flags);
 		}
 	} else {
 		st = pdma_dfr_header_v(&c, slot, slot_size, &d, &r, &sv->v);
+		doff = pdma_slot_off(((const struct pdma_slot_hdr *)slot)->flags);
 	}
-	return dfr_place(c, t, s_keys, s_plen, ncache, st, d, r, PDMA_SLOT_HDR, off, len, dst, pmax, hhint);
+	return dfr_place(c, t, s_keys, s_plen, ncache, st, d, r, doff, off, len, dst, pmax, hhint);
 }
 
 /* The general datagram stage out of line (the frame lane's fallback). */
@@ -338,7 +343,8 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 		if (i < n)
 			fr = frames[i];
 	} else {
-		if (i < n && slot_size >= PDMA_SLOT_HDR + 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
+		/* The prefix reads the slot's first 64 bytes (either layout). */
+		if (i < n && slot_size >= 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
 			pdma_dfr_prefix(slots + (size_t)i * slot_size, &pre);
 	}
 	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {

@@ -32,7 +32,7 @@ int frame_ring_build(struct frame_ring *r, const struct pdma_gen_config *gc, uin
 	memset(r, 0, sizeof(*r));
 	r->base = calloc(FR_MAX, FR_BUF);
 	r->fr = calloc(FR_MAX, sizeof(*r->fr));
-	if (!r->base || !r->fr || pdma_ring_init(&r->slots, FR_MAX, 2048))
+	if (!r->base || !r->fr || pdma_ring_init(&r->slots, FR_MAX, 2048, PDMA_RING_FULL))
 		return -ENOMEM;
 	if ((ret = pdma_gen_open(gc, &g)))
 		return ret;
@@ -49,7 +49,7 @@ int frame_ring_build(struct frame_ring *r, const struct pdma_gen_config *gc, uin
 		if (si != UINT32_MAX) {
 			uint8_t *s = pdma_ring_slot(&r->slots, r->good++);
 			memcpy(s + PDMA_SLOT_HDR, buf + PDMA_ETH_HDRS, (uint32_t)n - PDMA_ETH_HDRS);
-			pdma_slot_finish(s, (uint32_t)n - PDMA_ETH_HDRS, 0, r->good);
+			pdma_slot_finish(s, PDMA_SLOT_HDR, (uint32_t)n - PDMA_ETH_HDRS, 0, r->good);
 		}
 	}
 	memcpy(r->injected, e.injected, sizeof(r->injected));
