@@ -57,15 +57,16 @@ enum pdma_rx_io { PDMA_RX_IO_RECVMMSG = 0, PDMA_RX_IO_URING, PDMA_RX_IO_GRO, PDM
 const char *pdma_rx_io_name(enum pdma_rx_io io);
 
 /* The rings' slot layout (rx/ring.h, deframe/deframe.h): auto takes packed
- * slots (datagram at byte 4, 16-byte rounding) for slots of at most
+ * slots (datagram at byte 20, 16-byte rounding) for slots of at most
  * PDMA_SLOTS_PACKED_AUTO bytes where the receive path can fill them (not
- * io_uring), the full layout (datagram at byte 36, a trailer copy) else. */
+ * io_uring), the full layout (datagram at byte 36, 64-byte rounding) else. */
 enum pdma_slot_choice { PDMA_SLOTS_AUTO = 0, PDMA_SLOTS_FULL, PDMA_SLOTS_PACKED };
-/* The small-packet regime, where the full layout's 36-byte header and
- * 64-byte rounding weigh most per byte: packed slots of up to 320 bytes hold
- * datagrams of up to 316 (a 256-byte payload's 288-byte datagram, the GPU's
- * one-pass kernel's range). */
-#define PDMA_SLOTS_PACKED_AUTO 320u
+/* Where packed slots were measured to win on the GPU (H200,
+ * ingest/deframe/cuda/DESIGN.md): 64-byte packets in 96-byte slots deframe
+ * 15% faster than in 128-byte full ones; at 128 bytes the two are level, at
+ * 256 the full layout's 64-byte aligned payloads are 4% faster. Slots of up
+ * to 128 bytes: datagrams of up to 108. */
+#define PDMA_SLOTS_PACKED_AUTO 128u
 
 struct pdma_ingest_config {
 	uint16_t port;            /* 0: ephemeral (see pdma_ingest_port) */

@@ -649,6 +649,11 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 	json_object_set_new(o, "port", json_integer(ing->port));
 	json_object_set_new(o, "threads", json_integer(ing->nrx));
 	json_object_set_new(o, "rx_io", json_string(pdma_rx_io_name(ing->c.rx_io)));
+	if (ing->c.path != PDMA_RX_NIC) {
+		json_object_set_new(o, "slot_layout",
+				    json_string(ring_layout(&ing->c) == PDMA_RING_PACKED ? "packed" : "full"));
+		json_object_set_new(o, "slot_bytes", json_integer(ing->rx[0].ring.slot_size));
+	}
 	json_object_set_new(o, "seconds", json_real(seconds));
 	json_object_set_new(o, "datagrams", json_integer((json_int_t)t.datagrams));
 	json_object_set_new(o, "bytes", json_integer((json_int_t)t.bytes));

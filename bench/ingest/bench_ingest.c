@@ -205,7 +205,7 @@ int main(int argc, char **argv)
 			       "                    [--senders N]   (gen's sender threads in part g, 1..16;\n"
 			       "                                     default half the cores, at most 8)\n"
 			       "                    [--slot-layout auto|full|packed]   (the rings of a, e, x; auto:\n"
-			       "                                     packed up to 316-byte packets, as ingest)\n");
+			       "                                     packed up to 108-byte packets, as ingest)\n");
 			return 0;
 		default:
 			return 2;

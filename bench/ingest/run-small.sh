@@ -5,7 +5,7 @@
 #  1. bench_ingest (x): v11, v16 and auto next to the D2D copy, 64 B - 1500 B,
 #     on full slots and on packed slots (deframe.h; LAYOUTS);
 #  2. bench_ingest (a): the default kernel (auto) at the table's sizes, full
-#     slots, then the default layout (auto: packed up to 316-byte packets);
+#     slots, then the default layout (auto: packed up to 108-byte packets);
 #  3. test_deframer (CPU == GPU for every kernel) and its compute-sanitizer run;
 #  4. Nsight Compute: DRAM bytes and time of v11's passes and of v16 at 64 B,
 #     256 B and 1 KiB, for the bytes-per-packet account of DESIGN.md.

@@ -44,30 +44,32 @@
 #include "frame.h"
 
 #define PDMA_SLOT_HDR 36u       /* datagram offset in a full slot (header struct + pad) */
-#define PDMA_SLOT_HDR_PACKED 4u /* datagram offset in a packed slot (len and flags only) */
+#define PDMA_SLOT_HDR_PACKED 20u /* datagram offset in a packed slot (the same header, 4 bytes of pad) */
 
 /*
  * Two slot layouts, told apart by each slot's own flags word, so a deframer
  * needs nothing but the slot:
- * - full: this struct, the datagram at PDMA_SLOT_HDR (36). The tail copy
- *   saves the GPU a second scattered read per packet where the trailer lies
- *   past the slot's first 64 bytes (any datagram over 28 bytes).
- * - packed (PDMA_SLOT_PACKED): only len and flags, the datagram at
- *   PDMA_SLOT_HDR_PACKED (4); the payload after the 28-byte DIFI prologue is
- *   still 16-byte aligned in a slot whose size is a multiple of 16. For rings
- *   sized to small datagrams: a 64-byte datagram takes an 80-byte slot where
- *   the full layout takes 128 (36 + 64, rounded to 64), and a deframer reads
- *   every slot byte once. The trailer is then read from the datagram, in or
- *   next to the burst that holds the payload.
+ * - full: this struct, the datagram at PDMA_SLOT_HDR (36): the payload
+ *   after the 28-byte DIFI prologue starts 64-byte aligned, slots are
+ *   multiples of 64 bytes. The tail copy saves the GPU a second, dependent
+ *   read per packet where the trailer lies past the slot's first 64 bytes.
+ * - packed (PDMA_SLOT_PACKED): the same struct, the datagram at
+ *   PDMA_SLOT_HDR_PACKED (20): the payload 16-byte aligned (what the GPU's
+ *   copies need) in slots rounded to 16 bytes. For rings sized to small
+ *   datagrams: a 64-byte datagram takes a 96-byte slot where the full layout
+ *   takes 128 (36 + 64, rounded to 64), a 256-byte one 288 for 320. (A
+ *   4-byte header, datagram at byte 4, was measured first: fewer bytes, but
+ *   without room for the tail copy the trailer's dependent read made it
+ *   slower from 128-byte packets on; cuda/DESIGN.md.)
  * len is 16 bits: a UDP datagram's length is; larger slots hold what a
  * datagram can be (pdma_slot_finish marks anything longer truncated).
  */
 struct pdma_slot_hdr {
 	uint16_t len;      /* datagram bytes in the slot (0: empty / dropped) */
 	uint16_t flags;    /* PDMA_SLOT_* */
-	uint32_t rx_seq;   /* full: arrival sequence of the receive thread, mod 2^32 (diagnostics) */
+	uint32_t rx_seq;   /* arrival sequence of the receive thread, mod 2^32 (diagnostics) */
 	uint32_t resv;
-	uint32_t tail;     /* full, PDMA_SLOT_TAIL: the datagram's last 4 bytes, as received */
+	uint32_t tail;     /* PDMA_SLOT_TAIL: the datagram's last 4 bytes, as received */
 };
 #define PDMA_SLOT_TRUNC 1u /* the datagram was larger than the slot */
 /* tail holds the datagram's last 4 bytes (a VRT packet's trailer, when it
@@ -110,18 +112,14 @@ static inline void pdma_slot_finish(uint8_t *slot, uint32_t off, uint32_t len, i
 	if (fl)
 		len = len > 0xffffu ? 0xffffu : len;
 	h->len = (uint16_t)len;
-	if (off == PDMA_SLOT_HDR_PACKED) {
-		h->flags = (uint16_t)(fl | PDMA_SLOT_PACKED);
-		return;
-	}
 	h->rx_seq = rx_seq;
 	h->resv = 0;
 	h->tail = 0;
 	if (!fl && len >= 4) {
-		memcpy(&h->tail, slot + PDMA_SLOT_HDR + len - 4, 4);
+		memcpy(&h->tail, slot + off + len - 4, 4);
 		fl |= PDMA_SLOT_TAIL;
 	}
-	h->flags = (uint16_t)fl;
+	h->flags = (uint16_t)(fl | (off == PDMA_SLOT_HDR_PACKED ? PDMA_SLOT_PACKED : 0));
 }
 
 /* Deframer errors beyond the parser's (descriptor status, negated). */
@@ -322,15 +320,15 @@ PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, struct pdma_dfr_pre *p)
 	p->flags = a.x >> 16;
 	p->off = pk ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR;
 	p->tail = __byte_perm(a.w, 0, 0x0123);
-	/* The datagram starts at byte 4 (word 1 of a) packed, at byte 36
-	 * (word 1 of b) full. */
-	p->h = __byte_perm(pk ? a.y : b.y, 0, 0x0123);
-	p->sid = __byte_perm(pk ? a.z : b.z, 0, 0x0123);
-	p->c0 = __byte_perm(pk ? a.w : b.w, 0, 0x0123);
-	p->c1 = __byte_perm(pk ? q.x : e.x, 0, 0x0123);
-	p->tsi = __byte_perm(pk ? q.y : e.y, 0, 0x0123);
-	p->fhi = __byte_perm(pk ? q.z : e.z, 0, 0x0123);
-	p->flo = __byte_perm(pk ? q.w : e.w, 0, 0x0123);
+	/* The datagram starts at byte 20 (word 1 of q) packed, at byte 36
+	 * (word 1 of b) full: the same words one 16-byte load earlier. */
+	p->h = __byte_perm(pk ? q.y : b.y, 0, 0x0123);
+	p->sid = __byte_perm(pk ? q.z : b.z, 0, 0x0123);
+	p->c0 = __byte_perm(pk ? q.w : b.w, 0, 0x0123);
+	p->c1 = __byte_perm(pk ? b.x : e.x, 0, 0x0123);
+	p->tsi = __byte_perm(pk ? b.y : e.y, 0, 0x0123);
+	p->fhi = __byte_perm(pk ? b.z : e.z, 0, 0x0123);
+	p->flo = __byte_perm(pk ? b.w : e.w, 0, 0x0123);
 #else
 	const struct pdma_slot_hdr *sh = (const struct pdma_slot_hdr *)slot;
 	const uint8_t *b = slot + pdma_slot_off(sh->flags);
@@ -457,9 +455,7 @@ PDMA_DFR_FN int pdma_dfr_header_fast(const struct pdma_dfr_config *c, const uint
 		return 0;
 	/* The datagram's last word is its trailer (the fast path takes only
 	 * packets that fill the datagram exactly). */
-	/* A packed slot has no tail copy (its flag is never set there). */
-	return !tr_off || pdma_vrt_trailer_ok((p->flags & (PDMA_SLOT_TAIL | PDMA_SLOT_PACKED)) == PDMA_SLOT_TAIL ?
-					      p->tail : pdma_vrt_get32(slot + tr_off));
+	return !tr_off || pdma_vrt_trailer_ok((p->flags & PDMA_SLOT_TAIL) ? p->tail : pdma_vrt_get32(slot + tr_off));
 }
 
 /*

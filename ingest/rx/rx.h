@@ -107,7 +107,7 @@ void pdma_rx_uring_close(struct pdma_rx_uring *u);
 
 /* ---- sim_dma.c ----
  * Sets up the direct path for one receive thread: ring r (of about nslots
- * slots of slot_size bytes) in memory of the simulated GPU sim, registered
+ * slots of slot_size bytes, in layout) in memory of the simulated GPU sim, registered
  * with dom, and the device's own buffer for batch datagrams. *d is set even
  * when a later step fails; close it after pdma_ring_fini(r), which closes the
  * ring's registration of that memory. */

