@@ -63,10 +63,14 @@ const char *pdma_rx_io_name(enum pdma_rx_io io);
 enum pdma_slot_choice { PDMA_SLOTS_AUTO = 0, PDMA_SLOTS_FULL, PDMA_SLOTS_PACKED };
 /* Where packed slots were measured to win on the GPU (H200,
  * ingest/deframe/cuda/DESIGN.md): 64-byte packets in 96-byte slots deframe
- * 15% faster than in 128-byte full ones; at 128 bytes the two are level, at
+ * 11.5% faster than in 128-byte full ones; at 128 bytes the two are level, at
  * 256 the full layout's 64-byte aligned payloads are 4% faster. Slots of up
  * to 128 bytes: datagrams of up to 108. */
 #define PDMA_SLOTS_PACKED_AUTO 128u
+/* The layout a ring of slot_size-byte slots filled by io gets for choice:
+ * the one rule the session, the CLI's checks and the benchmarks share. */
+enum pdma_ring_layout pdma_ingest_ring_layout(enum pdma_slot_choice choice, uint32_t slot_size,
+					      enum pdma_rx_io io);
 
 struct pdma_ingest_config {
 	uint16_t port;            /* 0: ephemeral (see pdma_ingest_port) */

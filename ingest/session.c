@@ -94,13 +94,19 @@ void pdma_ingest_config_default(struct pdma_ingest_config *c)
 	pdma_dfr_config_default(&c->dfr);
 }
 
-/* The rings' layout: what c asks for, auto resolved (ingest.h). */
+enum pdma_ring_layout pdma_ingest_ring_layout(enum pdma_slot_choice choice, uint32_t slot_size,
+					      enum pdma_rx_io io)
+{
+	if (choice == PDMA_SLOTS_AUTO)
+		return slot_size <= PDMA_SLOTS_PACKED_AUTO && io != PDMA_RX_IO_URING ? PDMA_RING_PACKED
+										  : PDMA_RING_FULL;
+	return choice == PDMA_SLOTS_PACKED ? PDMA_RING_PACKED : PDMA_RING_FULL;
+}
+
+/* The rings' layout: what c asks for, auto resolved. */
 static enum pdma_ring_layout ring_layout(const struct pdma_ingest_config *c)
 {
-	if (c->slot_layout == PDMA_SLOTS_AUTO)
-		return c->slot_size <= PDMA_SLOTS_PACKED_AUTO && c->rx_io != PDMA_RX_IO_URING ? PDMA_RING_PACKED
-											 : PDMA_RING_FULL;
-	return c->slot_layout == PDMA_SLOTS_PACKED ? PDMA_RING_PACKED : PDMA_RING_FULL;
+	return pdma_ingest_ring_layout(c->slot_layout, c->slot_size, c->rx_io);
 }
 
 /* The nic path's deframer and receiver: the GPU deframer reads the frames in

@@ -287,7 +287,7 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 					 "layout's room before the datagram");
 	/* The fast path reads a slot's first 64 bytes after its header. */
 	if (c->path != PDMA_RX_NIC && c->slot_size < 64 + PDMA_SLOT_HDR &&
-	    (c->slot_layout == PDMA_SLOTS_FULL || c->rx_io == PDMA_RX_IO_URING))
+	    pdma_ingest_ring_layout(c->slot_layout, c->slot_size, c->rx_io) == PDMA_RING_FULL)
 		return pdma_opt_fail(&o, "--slot-size: at least 100 bytes with the full slot layout");
 	if (c->xdp_dev && c->rx_io != PDMA_RX_IO_XDP)
 		return pdma_opt_fail(&o, "--xdp-dev is for --rx xdp");

@@ -46,9 +46,8 @@ double now_s(void)
 
 enum pdma_ring_layout bench_layout(const struct ctx *x, uint32_t pkt)
 {
-	if (x->layout == PDMA_SLOTS_AUTO)
-		return PDMA_SLOT_HDR_PACKED + pkt <= PDMA_SLOTS_PACKED_AUTO ? PDMA_RING_PACKED : PDMA_RING_FULL;
-	return x->layout == PDMA_SLOTS_PACKED ? PDMA_RING_PACKED : PDMA_RING_FULL;
+	/* auto as ingest decides it for a (recvmmsg) ring sized to pkt */
+	return pdma_ingest_ring_layout(x->layout, slot_for(pkt, PDMA_RING_PACKED), PDMA_RX_IO_RECVMMSG);
 }
 
 uint32_t slot_for(uint32_t pkt, enum pdma_ring_layout layout)

@@ -109,8 +109,8 @@ static inline void pdma_slot_finish(uint8_t *slot, uint32_t off, uint32_t len, i
 	struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)slot;
 	uint32_t fl = trunc || len > 0xffffu ? PDMA_SLOT_TRUNC : 0;
 
-	if (fl)
-		len = len > 0xffffu ? 0xffffu : len;
+	if (len > 0xffffu)
+		len = 0xffffu;
 	h->len = (uint16_t)len;
 	h->rx_seq = rx_seq;
 	h->resv = 0;
@@ -331,10 +331,11 @@ PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, struct pdma_dfr_pre *p)
 	p->flo = __byte_perm(pk ? b.w : e.w, 0, 0x0123);
 #else
 	const struct pdma_slot_hdr *sh = (const struct pdma_slot_hdr *)slot;
-	const uint8_t *b = slot + pdma_slot_off(sh->flags);
+	const uint8_t *b;
 	p->len = sh->len;
 	p->flags = sh->flags;
 	p->off = pdma_slot_off(sh->flags);
+	b = slot + p->off;
 	p->tail = pdma_vrt_get32((const uint8_t *)&sh->tail);
 	p->h = pdma_vrt_get32(b);
 	p->sid = pdma_vrt_get32(b + 4);

@@ -11,9 +11,10 @@
  * payload (no name, no control messages), so each buffer starts at byte
  * PDMA_SLOT_HDR - 16 = 20 of its slot and the datagram lands at byte 36, the
  * slot format's place; the slot header ([0, 16)) is written afterwards and
- * does not overlap. A packed ring (datagram at byte 4) leaves no room for
- * that header and is refused. Without control messages the kernel's drop counter comes
- * from getsockopt(SO_MEMINFO) instead of SO_RXQ_OVFL.
+ * does not overlap. In a packed ring (datagram at byte 20) that header would
+ * lie over the slot header's bytes [4, 16), so a packed ring is refused.
+ * Without control messages the kernel's drop counter comes from
+ * getsockopt(SO_MEMINFO) instead of SO_RXQ_OVFL.
  *
  * A full ring does not drop here: with no buffer left the multishot request
  * ends (-ENOBUFS), datagrams wait in the socket buffer, and the request is

@@ -27,7 +27,7 @@ struct pdma_mr;
 
 /* Slot layouts (deframe/deframe.h). Packed suits rings sized to small
  * datagrams; io_uring's receive path cannot fill it (its completion header
- * would not fit before the datagram) and refuses it. */
+ * would lie over the slot header) and refuses it. */
 enum pdma_ring_layout { PDMA_RING_FULL, PDMA_RING_PACKED };
 
 struct pdma_ring {
