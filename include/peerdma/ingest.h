@@ -229,6 +229,10 @@ int pdma_ingest_subscribe(struct pdma_ingest *ing, const struct pdma_sub_attr *a
  * -EINVAL: a callback subscription. */
 int pdma_sub_next(struct pdma_sub *sub, struct pdma_block **b, int timeout_ms);
 void pdma_sub_stats(struct pdma_sub *sub, struct pdma_sub_stats *s);
+/* Ends the subscription; blocks it has handed out stay valid until released.
+ * Blocks still queued are dropped, except on a callback subscription whose
+ * session has stopped (pdma_ingest_stop): its callback first runs on each of
+ * them, so it sees every block published. */
 void pdma_sub_close(struct pdma_sub *sub);
 
 /* Copy npackets packets of the block, from packet first_packet, to host

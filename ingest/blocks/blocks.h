@@ -45,7 +45,7 @@ struct pdma_blocks;
 struct pdma_blk {
 	struct pdma_block pub;
 	struct pdma_blocks *bl;
-	atomic_uint refs;
+	atomic_uint refs;         /* queue entries and consumers, and the producer until delivered */
 	uint32_t stream;          /* stream table index */
 	struct pdma_blk *next;    /* free list */
 	uint64_t mask[];          /* gap mask: block_packets bits */
@@ -160,10 +160,13 @@ void pdma_blocks_stats(struct pdma_blocks *bl, struct pdma_ingest_stats *s);
 /* sub.c */
 int pdma_blocks_subscribe(struct pdma_blocks *bl, const struct pdma_sub_attr *a, struct pdma_sub **sub);
 /* Hand a new block to the matching subscriptions (bl->lock held); may wait
- * (backpressure). Returns the number of subscriptions it went to. */
+ * (backpressure). Consumes the producer's reference pdma_blocks_get_buf gave:
+ * the buffer goes back to the pool when no subscription took it. Returns the
+ * number of subscriptions it went to. */
 uint32_t pdma_blocks_deliver(struct pdma_blocks *bl, struct pdma_blk *b);
-/* A free buffer of stream idx (bl->lock held), by the policies: NULL when
- * none can be had without waiting on a drop-oldest-only stream. */
+/* A free buffer of stream idx (bl->lock held), by the policies, holding one
+ * reference, the producer's: NULL when none can be had without waiting on a
+ * drop-oldest-only stream. */
 struct pdma_blk *pdma_blocks_get_buf(struct pdma_blocks *bl, uint32_t idx);
 bool pdma_blocks_wanted(struct pdma_blocks *bl, uint32_t stream_id);
 /* A buffer from pdma_blocks_get_buf back to the pool unused (lock held). */

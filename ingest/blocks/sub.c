@@ -113,7 +113,7 @@ struct pdma_blk *pdma_blocks_get_buf(struct pdma_blocks *bl, uint32_t idx)
 
 			s->free = b->next;
 			s->nfree--;
-			atomic_store(&b->refs, 0);
+			atomic_store(&b->refs, 1); /* the producer's, until delivered */
 			return b;
 		}
 		if (!atomic_load(&bl->stopping) && backpressured(bl, s->stream_id)) {
@@ -177,14 +177,16 @@ uint32_t pdma_blocks_deliver(struct pdma_blocks *bl, struct pdma_blk *b)
 		pthread_cond_signal(&sub->avail);
 		wake(sub);
 	}
-	if (!n)
-		pdma_blocks_put_buf(bl, b); /* nobody took it */
+	/* The producer's reference goes last: a backpressure wait above
+	 * drops the lock, and a subscription already given the block may
+	 * release it meanwhile; the buffer must not come free (and be
+	 * written again) while later subscriptions still get it. */
+	blk_put(bl, b);
 	return n;
 }
 
 void pdma_blocks_put_buf(struct pdma_blocks *bl, struct pdma_blk *b)
 {
-	atomic_store(&b->refs, 1);
 	blk_put(bl, b);
 }
 
@@ -369,6 +371,15 @@ void pdma_sub_close(struct pdma_sub *sub)
 		return;
 	bl = sub->bl;
 	pthread_mutex_lock(&bl->lock);
+	if (sub->has_th && sub->ended) {
+		/* The session has stopped: the delivery thread calls back
+		 * every block still queued, as pdma_sub_next would return
+		 * them, and then ends by itself. */
+		pthread_mutex_unlock(&bl->lock);
+		pthread_join(sub->th, NULL);
+		sub->has_th = false;
+		pthread_mutex_lock(&bl->lock);
+	}
 	sub->closed = true;
 	while (sub->qlen) {
 		struct pdma_blk *b = q_at(sub, 0);

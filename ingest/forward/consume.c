@@ -136,6 +136,8 @@ static ucs_status_t on_end(void *arg, const void *hdr, size_t hlen, void *data, 
 static void publish(struct pdma_consume *c, struct pdma_blk *b)
 {
 	struct pdma_blocks *bl = c->bl;
+	/* read before delivery: the buffer is the consumers' after it */
+	const uint64_t gaps = b->pub.gaps, bytes = b->pub.nsamples * 4;
 	uint32_t n;
 
 	pthread_mutex_lock(&bl->lock);
@@ -143,12 +145,12 @@ static void publish(struct pdma_consume *c, struct pdma_blk *b)
 	pthread_mutex_unlock(&bl->lock);
 	if (n) {
 		atomic_fetch_add_explicit(&bl->published, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&bl->gap_packets, b->pub.gaps, memory_order_relaxed);
+		atomic_fetch_add_explicit(&bl->gap_packets, gaps, memory_order_relaxed);
 	}
 	pthread_mutex_lock(&c->lock);
 	c->st.blocks++;
-	c->st.bytes += b->pub.nsamples * 4;
-	c->st.gap_packets += b->pub.gaps;
+	c->st.bytes += bytes;
+	c->st.gap_packets += gaps;
 	pthread_mutex_unlock(&c->lock);
 }
 

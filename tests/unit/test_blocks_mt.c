@@ -394,6 +394,138 @@ static void test_blocks_callback(void **state)
 	pdma_ingest_close(ing);
 }
 
+/* A callback that holds its first block until the test opens the gate. */
+struct gate_state {
+	atomic_bool open;
+	uint64_t pkts, gaps, blocks;
+};
+
+static void gated_block(struct pdma_block *b, void *arg)
+{
+	struct gate_state *g = arg;
+
+	while (!atomic_load(&g->open))
+		usleep(1000);
+	g->pkts += b->npackets;
+	g->gaps += check_block(b);
+	g->blocks++;
+	pdma_block_release(b);
+}
+
+/* A callback subscription closed after pdma_ingest_stop still sees every
+ * block: the session stops with blocks queued behind a callback that has not
+ * returned, and the close runs the callback on each of them first. */
+static void test_blocks_callback_drain(void **state)
+{
+	struct pdma_ingest *ing = open_session(16);
+	struct gate_state g = { 0 };
+	struct pdma_sub_attr sa;
+	struct pdma_sub_stats ss;
+	struct pdma_ingest_stats st;
+	struct pdma_sub *sub;
+	struct send_job j;
+	(void)state;
+
+	pdma_sub_attr_init(&sa); /* depth 8: the 7 blocks of 100 packets fit */
+	sa.cb = gated_block;
+	sa.cb_arg = &g;
+	assert_int_equal(pdma_ingest_subscribe(ing, &sa, &sub), 0);
+	assert_int_equal(pdma_ingest_start(ing), 0);
+	send_start(&j, pdma_ingest_port(ing), 1, 100, 0, 20000);
+	send_wait(&j);
+	usleep(300000); /* arrived, and the open block flushed after 100 ms idle */
+	assert_int_equal(pdma_ingest_stop(ing), 0);
+	pdma_ingest_stats(ing, &st);
+	pdma_sub_stats(sub, &ss);
+	assert_int_equal(st.blocks_published, 7);
+	assert_int_equal(ss.queued + ss.delivered, 7);
+	assert_true(ss.queued > 0); /* what the close must not drop */
+	atomic_store(&g.open, true);
+	pdma_sub_close(sub);
+	assert_int_equal(g.blocks, 7);
+	assert_int_equal(g.pkts, 100);
+	assert_int_equal(g.gaps, 0);
+	assert_int_equal(ss.overruns, 0);
+	pdma_ingest_close(ing);
+}
+
+/* Two backpressure subscriptions share each block. The producer hands a
+ * block to the fast one (subscribed last: delivered to first), then waits for
+ * room in the slow one's queue of one, and the fast consumer releases the
+ * block meanwhile. The buffer must stay the slow one's: it gets every block
+ * once, whole, in order (a buffer freed early was written with the next
+ * block, which the slow one then saw twice and the block before it never). */
+static void test_blocks_shared_slow(void **state)
+{
+	struct pdma_ingest *ing = open_session(16);
+	struct pdma_sub_attr sa;
+	struct pdma_sub *fast, *slow;
+	struct pdma_block *b;
+	struct send_job j;
+	uint64_t next = 0, pkts = 0, gaps = 0, nfast = 0, nslow = 0;
+	bool have = false, stopped = false;
+	int quiet = 0;
+	(void)state;
+
+	pdma_sub_attr_init(&sa);
+	sa.policy = PDMA_SUB_BACKPRESSURE;
+	sa.depth = 1;
+	assert_int_equal(pdma_ingest_subscribe(ing, &sa, &slow), 0);
+	sa.depth = 8;
+	assert_int_equal(pdma_ingest_subscribe(ing, &sa, &fast), 0);
+	assert_int_equal(pdma_ingest_start(ing), 0);
+	send_start(&j, pdma_ingest_port(ing), 1, 800, 10, 20000);
+	for (;;) {
+		while (pdma_sub_next(fast, &b, 0) == 0) {
+			nfast++;
+			pdma_block_release(b);
+		}
+		int e = pdma_sub_next(slow, &b, 100);
+
+		if (e == 0) {
+			uint64_t p0 = b->first_sample / b->samples_per_packet;
+
+			if (have)
+				assert_int_equal(p0, next);
+			have = true;
+			next = p0 + b->npackets;
+			pkts += b->npackets;
+			gaps += check_block(b);
+			nslow++;
+			pdma_block_release(b);
+			usleep(3000); /* slower than the blocks come: the producer waits */
+			quiet = 0;
+			continue;
+		}
+		if (e == -EPIPE)
+			break;
+		assert_int_equal(e, -ETIMEDOUT);
+		if (!stopped && atomic_load(&j.done) && ++quiet >= 3) {
+			send_wait(&j);
+			assert_int_equal(pdma_ingest_stop(ing), 0);
+			stopped = true;
+		}
+	}
+	while (pdma_sub_next(fast, &b, 0) == 0) {
+		nfast++;
+		pdma_block_release(b);
+	}
+	struct pdma_sub_stats fs, ss;
+	struct pdma_ingest_stats st;
+	pdma_sub_stats(fast, &fs);
+	pdma_sub_stats(slow, &ss);
+	pdma_ingest_stats(ing, &st);
+	assert_true(ss.waits > 0); /* the case under test happened */
+	assert_int_equal(pkts, 800);
+	assert_int_equal(gaps, j.lost[0]);
+	assert_int_equal(nslow, st.blocks_published);
+	assert_int_equal(nfast, st.blocks_published);
+	assert_int_equal(fs.overruns + ss.overruns, 0);
+	pdma_sub_close(fast);
+	pdma_sub_close(slow);
+	pdma_ingest_close(ing);
+}
+
 /* A DLPack view: the block's pointer, int16 [n, 2] on the CPU; it holds the
  * block after the consumer's release, and its deleter drops it. */
 static void test_blocks_dlpack(void **state)
@@ -544,6 +676,8 @@ int main(void)
 		cmocka_unit_test(test_blocks_stall_drop_oldest),
 		cmocka_unit_test(test_blocks_stall_backpressure),
 		cmocka_unit_test(test_blocks_callback),
+		cmocka_unit_test(test_blocks_callback_drain),
+		cmocka_unit_test(test_blocks_shared_slow),
 		cmocka_unit_test(test_blocks_dlpack),
 		cmocka_unit_test(test_blocks_outlive_session),
 		cmocka_unit_test(test_blocks_bad_input),
