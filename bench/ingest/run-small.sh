@@ -8,7 +8,9 @@
 #     slots, then the default layout (auto: packed up to 108-byte packets);
 #  3. test_deframer (CPU == GPU for every kernel) and its compute-sanitizer run;
 #  4. Nsight Compute: DRAM bytes and time of v11's passes and of v16 at 64 B,
-#     256 B and 1 KiB, for the bytes-per-packet account of DESIGN.md.
+#     256 B and 1 KiB, for the bytes-per-packet account of DESIGN.md. One
+#     warm-up launch each: the second launch of a kernel is the steady state
+#     (the longest payload known: v11's copy stride, v16's tiny instance).
 #   usage: bench/ingest/run-small.sh [BUILD]   (results in $OUT)
 set -uo pipefail
 . "$(dirname "$0")/../device-env.sh" "${1:-build-vrt}"
@@ -38,7 +40,7 @@ fi
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ -n "$NCU" ]; then
 	echo "=== 4. ncu"
-	PEERDMA_BENCH_WARMUP=0 timeout 150 "$NCU" --clock-control none -k 'regex:dfr_small_pass|dfr_hdr_pass|dfr_copy_pass' \
+	PEERDMA_BENCH_WARMUP=1 timeout 150 "$NCU" --clock-control none -k 'regex:dfr_small_pass|dfr_tiny_pass|dfr_hdr_pass|dfr_copy_pass' \
 		--metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
 		"$B/bench/ingest/bench_ingest" --parts x --sizes "${NCU_SIZES:-64,256,1024}" --iters 1 --x v11,v16 \
 		--slot-layout "${NCU_LAYOUT:-auto}" >"$OUT/ncu.txt" 2>&1

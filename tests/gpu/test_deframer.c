@@ -7,8 +7,10 @@
  * and small batches of varying size, so graphs are built, replayed with new
  * parameters and evicted); and for each kernel (auto, v11, v16, v7s), on a ring
  * whose payloads all allow 16-byte copies as well as on one whose payloads do
- * not, and on a ring of packed slots (deframe.h) sized to small datagrams
- * (64- and 284-byte packets in 304-byte slots). The rings hold malformed packets, failing
+ * not, and on two rings of packed slots (deframe.h) sized to small datagrams
+ * (64- and 284-byte packets in 304-byte slots; 64- and 92-byte ones in
+ * 112-byte slots, whose payloads of at most 64 bytes run v16's tiny
+ * instance, dfr_tiny_pass, once the longest payload is known). The rings hold malformed packets, failing
  * trailers among them (alone and beside a valid copy of the same packet),
  * and slots with and without the receive side's copy of the datagram's last
  * word (PDMA_SLOT_TAIL), which the fast path trusts (test_slot_tail shows it
@@ -37,6 +39,7 @@ struct ringref {
 	const char *name;
 	struct pdma_ring ring;
 	bool packed;
+	bool tiny; /* packed, payloads of 32 and 64 bytes */
 	uint32_t n;
 	uint32_t streams;
 	struct pdma_dfr cpu;
@@ -49,7 +52,7 @@ struct fixture {
 	void *dl;
 	struct pdma_gpu_dfr *g;
 	struct pdma_dfr_config cfg;
-	struct ringref mixed, aligned, packed;
+	struct ringref mixed, aligned, packed, tiny;
 	struct pdma_dfr_desc *gpu_desc;
 	struct pdma_dfr_tables host; /* GPU tables copied back */
 };
@@ -58,7 +61,8 @@ static struct fixture F;
 
 /* Interleave two generators (different packet sizes, loss, dup, reorder),
  * then break a few packets in place so malformed handling is compared too.
- * R->packed: 64- and 284-byte packets in packed 304-byte slots.
+ * R->packed: 64- and 284-byte packets in packed 304-byte slots; R->tiny: 64-
+ * and 92-byte packets (32- and 64-byte payloads) in packed 112-byte slots.
  * mixed: the second generator's payloads (260 bytes, no trailer) are not a
  * multiple of 16, so groups with them take the 4-byte copy; aligned: 1024-
  * and 256-byte payloads only (16-byte copies). */
@@ -81,13 +85,13 @@ static void fill_ring(struct ringref *R, bool aligned)
 	b = a;
 	b.streams = 3;
 	b.stream_id_base = 0x2000;
-	b.packet_size = aligned ? 284 : 288;
+	b.packet_size = R->tiny ? 92 : aligned ? 284 : 288;
 	b.trailer = false;
 	b.seed = aligned ? 9 : 5;
 	R->streams = 7;
 	assert_int_equal(pdma_gen_open(&a, &ga), 0);
 	assert_int_equal(pdma_gen_open(&b, &gb), 0);
-	assert_int_equal(pdma_ring_init(&R->ring, 32768, R->packed ? 304 : SLOT,
+	assert_int_equal(pdma_ring_init(&R->ring, 32768, R->tiny ? 112 : R->packed ? 304 : SLOT,
 				       R->packed ? PDMA_RING_PACKED : PDMA_RING_FULL), 0);
 	const uint32_t off = R->ring.dgram_off, ss = R->ring.slot_size;
 	const uint16_t lay = R->packed ? PDMA_SLOT_PACKED : 0;
@@ -223,8 +227,9 @@ static int setup(void **state)
 	F.host.out = malloc(tags * F.cfg.max_payload);
 	F.gpu_desc = calloc(32768, sizeof(*F.gpu_desc));
 	F.packed.packed = true;
+	F.tiny.packed = F.tiny.tiny = true;
 	if (ring_setup(&F.mixed, "mixed", false) || ring_setup(&F.aligned, "aligned", true) ||
-	    ring_setup(&F.packed, "packed", true))
+	    ring_setup(&F.packed, "packed", true) || ring_setup(&F.tiny, "tiny", true))
 		return -1;
 	return 0;
 }
@@ -235,6 +240,7 @@ static int teardown(void **state)
 	ring_teardown(&F.mixed);
 	ring_teardown(&F.aligned);
 	ring_teardown(&F.packed);
+	ring_teardown(&F.tiny);
 	if (F.g)
 		F.ops.close(F.g);
 	pdma_gpu_unload(F.dl);
@@ -438,8 +444,8 @@ static void test_kernels(void **state)
 	for (size_t v = 0; v < sizeof(names) / sizeof(names[0]); v++) {
 		assert_int_equal(F.ops.set_kernel(F.g, names[v]), 0);
 		assert_string_equal(F.ops.kernel_name(F.g), names[v]);
-		struct ringref *rings[3] = { &F.mixed, &F.aligned, &F.packed };
-		for (int r = 0; r < 3; r++) {
+		struct ringref *rings[4] = { &F.mixed, &F.aligned, &F.packed, &F.tiny };
+		for (int r = 0; r < 4; r++) {
 			begin(PDMA_GPU_LAUNCH_GRAPH);
 			run_batches(rings[r], DIRECT, WHOLE, 1, 0);
 			end(PDMA_GPU_LAUNCH_GRAPH);
@@ -515,15 +521,17 @@ static void test_idempotent(void **state)
 }
 
 /* Kernel `kernel` over ring R in three runs: the first data packet of the
- * short-payload generator (stream IDs 0x2000 on) alone, so that the longest
- * payload known is short, then the packets before it, then the rest. */
+ * shorter payloads alone, so that the longest payload known is short, then
+ * the packets before it, then the rest. The shorter payloads are the second
+ * generator's (stream IDs 0x2000 on), or the first's on the packed ring. */
 static void run_short_first(struct ringref *R, const char *kernel)
 {
 	const size_t ss = R->ring.slot_size;
 	uint8_t *d = (uint8_t *)R->dev;
 	uint32_t ib = 0;
 
-	while (ib < R->n && !(R->cpu_desc[ib].status == PDMA_DFR_ST_DATA && R->cpu_desc[ib].stream_id >= 0x2000))
+	while (ib < R->n && !(R->cpu_desc[ib].status == PDMA_DFR_ST_DATA &&
+			      (R->cpu_desc[ib].stream_id >= 0x2000) == !R->packed))
 		ib++;
 	assert_true(ib > 0 && ib + 1 < R->n);
 	assert_int_equal(F.ops.set_kernel(F.g, kernel), 0);
@@ -570,6 +578,23 @@ static void test_auto_small(void **state)
 	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
 	run_short_first(&F.aligned, "auto");
 	compare(&F.aligned, "auto, v16 on a short payload, then v11");
+	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
+}
+
+/* v16 picks its register budget by the longest payload known: after a lone
+ * 64-byte packet (a 32-byte payload) the next launches run dfr_tiny_pass. On
+ * the tiny ring they stay there (payloads of at most 64 bytes); on the packed
+ * ring the 284-byte packets of the second launch raise the hint and the last
+ * launch runs dfr_small_pass. Byte-identical across the switch. */
+static void test_v16_tiny(void **state)
+{
+	(void)state;
+	char was[16];
+	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
+	run_short_first(&F.tiny, "v16");
+	compare(&F.tiny, "v16, tiny payloads only");
+	run_short_first(&F.packed, "v16");
+	compare(&F.packed, "v16, tiny payloads first, then longer ones");
 	assert_int_equal(F.ops.set_kernel(F.g, was), 0);
 }
 
@@ -662,6 +687,7 @@ int main(void)
 		cmocka_unit_test(test_idempotent),
 		cmocka_unit_test(test_stride_hint),
 		cmocka_unit_test(test_auto_small),
+		cmocka_unit_test(test_v16_tiny),
 		cmocka_unit_test(test_slot_tail),
 		cmocka_unit_test(test_open_config),
 	};

@@ -25,6 +25,8 @@ extern "C" {
 #define DFR_COPY_U 2       /* v11's copy pass: 16-byte windows per thread ... */
 #define DFR_COPY_MINB 6    /* ... and resident blocks of 256 per SM */
 #define DFR_SMALL_R 4      /* v16: 16-byte units in flight per lane */
+#define DFR_TINY_MAX 64    /* v16: payloads up to this many bytes run dfr_tiny_pass ... */
+#define DFR_TINY_MINB 6    /* ... with this many resident blocks of 256 per SM */
 
 __global__ void dfr_onepass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,
 			    uint32_t slot_size, uint32_t n, uint32_t group, struct pdma_dfr_desc *desc,
@@ -39,6 +41,9 @@ __global__ void dfr_frm_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_table
 __global__ void dfr_small_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,
 			       uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint32_t hint,
 			       uint32_t *pmax, uint32_t *hhint);
+__global__ void dfr_tiny_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,
+			      uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint32_t hint,
+			      uint32_t *pmax, uint32_t *hhint);
 __global__ void dfr_copy_pass(const uint8_t *slots, uint32_t slot_size, uint32_t n, uint32_t stride,
 			      uint8_t *out, const uint4 *wl);
 
