@@ -97,10 +97,24 @@ void pdma_ingest_config_default(struct pdma_ingest_config *c)
 enum pdma_ring_layout pdma_ingest_ring_layout(enum pdma_slot_choice choice, uint32_t slot_size,
 					      enum pdma_rx_io io)
 {
-	if (choice == PDMA_SLOTS_AUTO)
-		return slot_size <= PDMA_SLOTS_PACKED_AUTO && io != PDMA_RX_IO_URING ? PDMA_RING_PACKED
-										  : PDMA_RING_FULL;
-	return choice == PDMA_SLOTS_PACKED ? PDMA_RING_PACKED : PDMA_RING_FULL;
+	if (choice == PDMA_SLOTS_TINY)
+		return PDMA_RING_TINY;
+	if (choice == PDMA_SLOTS_PACKED)
+		return PDMA_RING_PACKED;
+	if (choice != PDMA_SLOTS_AUTO || io == PDMA_RX_IO_URING || slot_size > PDMA_SLOTS_PACKED_AUTO)
+		return PDMA_RING_FULL;
+	return slot_size <= PDMA_SLOT_TINY_MAX ? PDMA_RING_TINY : PDMA_RING_PACKED;
+}
+
+/* A layout's datagram offset in a slot. */
+static uint32_t slot_off(enum pdma_ring_layout l)
+{
+	return l == PDMA_RING_TINY ? PDMA_SLOT_HDR_TINY : l == PDMA_RING_PACKED ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR;
+}
+
+static const char *layout_name(enum pdma_ring_layout l)
+{
+	return l == PDMA_RING_TINY ? "tiny" : l == PDMA_RING_PACKED ? "packed" : "full";
 }
 
 /* The rings' layout: what c asks for, auto resolved. */
@@ -145,9 +159,9 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 		msglen = sizeof(dummy);
 	}
 	if (!c->threads || c->threads > 64 || !c->batch || c->batch > PDMA_RX_MAX_BATCH ||
-	    c->slot_layout > PDMA_SLOTS_PACKED ||
-	    c->slot_size < 64 + (ring_layout(c) == PDMA_RING_PACKED ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR) ||
-	    (c->rx_io == PDMA_RX_IO_URING && ring_layout(c) == PDMA_RING_PACKED))
+	    c->slot_layout > PDMA_SLOTS_TINY || c->slot_size < 64 + slot_off(ring_layout(c)) ||
+	    (ring_layout(c) == PDMA_RING_TINY && c->slot_size > PDMA_SLOT_TINY_MAX) ||
+	    (c->rx_io == PDMA_RX_IO_URING && ring_layout(c) != PDMA_RING_FULL))
 		return -EINVAL;
 	if ((c->path == PDMA_RX_DIRECT && (!c->domain || !c->sim)) ||
 	    (c->path == PDMA_RX_NIC && (!c->domain || c->threads != 1)))
@@ -657,7 +671,7 @@ json_t *pdma_ingest_json(struct pdma_ingest *ing, double seconds)
 	json_object_set_new(o, "rx_io", json_string(pdma_rx_io_name(ing->c.rx_io)));
 	if (ing->c.path != PDMA_RX_NIC) {
 		json_object_set_new(o, "slot_layout",
-				    json_string(ring_layout(&ing->c) == PDMA_RING_PACKED ? "packed" : "full"));
+				    json_string(layout_name(ring_layout(&ing->c))));
 		json_object_set_new(o, "slot_bytes", json_integer(ing->rx[0].ring.slot_size));
 	}
 	json_object_set_new(o, "seconds", json_real(seconds));

@@ -52,10 +52,12 @@ static void usage(FILE *f, const struct pdma_ingest_ext *x)
 		"      --chunk B         host-staged copy size (default 4194304)\n"
 		"      --ring-slots N    slots per ring (default 8192)\n"
 		"      --slot-size B     bytes per slot (default 9216)\n"
-		"      --slot-layout L   auto (default: packed for slots of at most 128 bytes, but\n"
-		"                        not with --rx io_uring), full (the datagram at byte 36,\n"
-		"                        slots rounded to 64 bytes) or packed (at byte 20, slots\n"
-		"                        rounded to 16: small datagrams move fewer bytes)\n"
+		"      --slot-layout L   auto (default: tiny for 80-byte slots, packed for slots of\n"
+		"                        at most 128 bytes, but neither with --rx io_uring), full\n"
+		"                        (the datagram at byte 36, slots rounded to 64 bytes),\n"
+		"                        packed (at byte 20, slots rounded to 16: small datagrams\n"
+		"                        move fewer bytes) or tiny (at byte 4 of an 80-byte slot:\n"
+		"                        datagrams of at most 76 bytes)\n"
 		"      --batch N         recvmmsg batch (default 64)\n"
 		"      --rx IO           recvmmsg (default), io_uring (multishot recvmsg into the\n"
 		"                        ring's slots; needs Linux 5.19), gro (UDP GRO: coalesced\n"
@@ -162,7 +164,7 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 						    PDMA_RX_ZERO_COPY, PDMA_RX_NIC };
 	static const char *const dfrs[] = { "auto", "cpu", "gpu", NULL };
 	static const char *const bufsizes[] = { "2048", "4096", NULL };
-	static const char *const layouts[] = { "auto", "full", "packed", NULL };
+	static const char *const layouts[] = { "auto", "full", "packed", "tiny", NULL };
 	static const char *const rxs[] = { "recvmmsg", "io_uring", "gro", "xdp", NULL };
 	static const enum pdma_rx_io rx_v[] = { PDMA_RX_IO_RECVMMSG, PDMA_RX_IO_URING, PDMA_RX_IO_GRO,
 						PDMA_RX_IO_XDP };
@@ -282,9 +284,15 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 				     : c->rx_io == PDMA_RX_IO_GRO
 				     ? "--rx gro needs a host ring: not with --path direct or nic"
 				     : "--rx xdp needs a host ring: not with --path direct or nic");
-	if (c->slot_layout == PDMA_SLOTS_PACKED && c->rx_io == PDMA_RX_IO_URING)
-		return pdma_opt_fail(&o, "--slot-layout packed: io_uring's completion header needs the full "
-					 "layout's room before the datagram");
+	if ((c->slot_layout == PDMA_SLOTS_PACKED || c->slot_layout == PDMA_SLOTS_TINY) &&
+	    c->rx_io == PDMA_RX_IO_URING)
+		return pdma_opt_fail(&o, c->slot_layout == PDMA_SLOTS_TINY
+				     ? "--slot-layout tiny: io_uring's completion header needs the full "
+				       "layout's room before the datagram"
+				     : "--slot-layout packed: io_uring's completion header needs the full "
+				       "layout's room before the datagram");
+	if (c->slot_layout == PDMA_SLOTS_TINY && c->slot_size > PDMA_SLOT_TINY_MAX)
+		return pdma_opt_fail(&o, "--slot-layout tiny: slots are 80 bytes (--slot-size 80)");
 	/* The fast path reads a slot's first 64 bytes after its header. */
 	if (c->path != PDMA_RX_NIC && c->slot_size < 64 + PDMA_SLOT_HDR &&
 	    pdma_ingest_ring_layout(c->slot_layout, c->slot_size, c->rx_io) == PDMA_RING_FULL)

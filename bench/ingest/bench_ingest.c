@@ -46,12 +46,22 @@ double now_s(void)
 
 enum pdma_ring_layout bench_layout(const struct ctx *x, uint32_t pkt)
 {
-	/* auto as ingest decides it for a (recvmmsg) ring sized to pkt */
+	/* auto as ingest decides it for a (recvmmsg) ring sized to pkt: tiny
+	 * where a tiny slot holds it, else by the packed slot's size. A tiny
+	 * slot cannot hold more than 76 bytes: larger packets get packed ones. */
+	const int fits_tiny = pkt + PDMA_SLOT_HDR_TINY <= PDMA_SLOT_TINY_MAX;
+
+	if (x->layout == PDMA_SLOTS_TINY)
+		return fits_tiny ? PDMA_RING_TINY : PDMA_RING_PACKED;
+	if (x->layout == PDMA_SLOTS_AUTO && fits_tiny)
+		return pdma_ingest_ring_layout(x->layout, PDMA_SLOT_TINY_MAX, PDMA_RX_IO_RECVMMSG);
 	return pdma_ingest_ring_layout(x->layout, slot_for(pkt, PDMA_RING_PACKED), PDMA_RX_IO_RECVMMSG);
 }
 
 uint32_t slot_for(uint32_t pkt, enum pdma_ring_layout layout)
 {
+	if (layout == PDMA_RING_TINY)
+		return PDMA_SLOT_TINY_MAX;
 	return layout == PDMA_RING_PACKED ? (PDMA_SLOT_HDR_PACKED + pkt + 15u) & ~15u
 					  : (PDMA_SLOT_HDR + pkt + 63u) & ~63u;
 }
@@ -181,12 +191,15 @@ int main(int argc, char **argv)
 		}
 		case 'x': x.xlist = optarg; break;
 		case 'L':
-			if (!strcmp(optarg, "auto") || !strcmp(optarg, "full") || !strcmp(optarg, "packed")) {
-				x.layout = optarg[0] == 'a' ? PDMA_SLOTS_AUTO
-					   : optarg[0] == 'f' ? PDMA_SLOTS_FULL : PDMA_SLOTS_PACKED;
+			if (!strcmp(optarg, "auto") || !strcmp(optarg, "full") || !strcmp(optarg, "packed") ||
+			    !strcmp(optarg, "tiny")) {
+				x.layout = optarg[0] == 'a'   ? PDMA_SLOTS_AUTO
+					   : optarg[0] == 'f' ? PDMA_SLOTS_FULL
+					   : optarg[0] == 'p' ? PDMA_SLOTS_PACKED
+							      : PDMA_SLOTS_TINY;
 				break;
 			}
-			fprintf(stderr, "bench_ingest: --slot-layout wants auto, full or packed\n");
+			fprintf(stderr, "bench_ingest: --slot-layout wants auto, full, packed or tiny\n");
 			return 2;
 		case 'r': x.rxlist = optarg; break;
 		case 'S':
@@ -203,8 +216,10 @@ int main(int argc, char **argv)
 			       "                                                 default all)\n"
 			       "                    [--senders N]   (gen's sender threads in part g, 1..16;\n"
 			       "                                     default half the cores, at most 8)\n"
-			       "                    [--slot-layout auto|full|packed]   (the rings of a, e, x; auto:\n"
-			       "                                     packed up to 108-byte packets, as ingest)\n");
+			       "                    [--slot-layout auto|full|packed|tiny]   (the rings of a, e, x;\n"
+			       "                                     auto: tiny up to 76-byte packets, packed up to\n"
+			       "                                     108, as ingest; tiny: packets over 76 bytes get\n"
+			       "                                     packed slots)\n");
 			return 0;
 		default:
 			return 2;

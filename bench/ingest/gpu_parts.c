@@ -106,7 +106,8 @@ void part_a(struct ctx *x)
 				json_object_set_new(o, "deframe_bytes", json_real(bd.bytes));
 				json_object_set_new(o, "slot_bytes", json_integer(r.slot_size));
 				json_object_set_new(o, "slot_layout",
-						    json_string(r.dgram_off == PDMA_SLOT_HDR ? "full" : "packed"));
+						    json_string(r.dgram_off == PDMA_SLOT_HDR ? "full" :
+								r.dgram_off == PDMA_SLOT_HDR_TINY ? "tiny" : "packed"));
 				json_object_set_new(o, "d2d_gbps", json_real(bc.gbps));
 				json_object_set_new(o, "ratio_to_d2d", json_real(ratio));
 				json_object_set_new(o, "copy_kernel_gbps", json_real(bk.gbps));

@@ -40,7 +40,7 @@ fi
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ -n "$NCU" ]; then
 	echo "=== 4. ncu"
-	PEERDMA_BENCH_WARMUP=1 timeout 150 "$NCU" --clock-control none -k 'regex:dfr_small_pass|dfr_tiny_pass|dfr_hdr_pass|dfr_copy_pass' \
+	PEERDMA_BENCH_WARMUP=1 timeout 150 "$NCU" --clock-control none -k 'regex:dfr_small_pass|dfr_tiny_pass|dfr_tiny80_pass|dfr_hdr_pass|dfr_copy_pass' \
 		--metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
 		"$B/bench/ingest/bench_ingest" --parts x --sizes "${NCU_SIZES:-64,256,1024}" --iters 1 --x v11,v16 \
 		--slot-layout "${NCU_LAYOUT:-auto}" >"$OUT/ncu.txt" 2>&1

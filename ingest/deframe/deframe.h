@@ -7,10 +7,11 @@
  *
  * Input: a ring of fixed-size slots; each slot starts with a header
  * (struct pdma_slot_hdr: datagram length, flags, a copy of the datagram's
- * last word) and holds one received datagram at byte PDMA_SLOT_HDR (36), or,
- * in a packed slot (len and flags only), at byte 4: with the DIFI prologue
- * (28 bytes) the payload then starts 64- (16-) byte aligned, so the GPU
- * copies it with aligned, fully coalesced 16-byte accesses.
+ * last word) and holds one received datagram at byte PDMA_SLOT_HDR (36), in
+ * a packed slot at byte PDMA_SLOT_HDR_PACKED (20), in a tiny one (len and
+ * flags only) at byte PDMA_SLOT_HDR_TINY (4): with the DIFI prologue (28
+ * bytes) the payload then starts 64- (16-) byte aligned, so the GPU copies
+ * it with aligned, fully coalesced 16-byte accesses.
  *
  * Output, per stream: a contiguous circular sample buffer of out_pkts packets
  * (packet p of the stream, p = sample count / samples per packet, lands at
@@ -45,9 +46,10 @@
 
 #define PDMA_SLOT_HDR 36u       /* datagram offset in a full slot (header struct + pad) */
 #define PDMA_SLOT_HDR_PACKED 20u /* datagram offset in a packed slot (the same header, 4 bytes of pad) */
+#define PDMA_SLOT_HDR_TINY 4u    /* datagram offset in a tiny slot (len and flags only) */
 
 /*
- * Two slot layouts, told apart by each slot's own flags word, so a deframer
+ * Three slot layouts, told apart by each slot's own flags word, so a deframer
  * needs nothing but the slot:
  * - full: this struct, the datagram at PDMA_SLOT_HDR (36): the payload
  *   after the 28-byte DIFI prologue starts 64-byte aligned, slots are
@@ -58,9 +60,15 @@
  *   copies need) in slots rounded to 16 bytes. For rings sized to small
  *   datagrams: a 64-byte datagram takes a 96-byte slot where the full layout
  *   takes 128 (36 + 64, rounded to 64), a 256-byte one 288 for 320. (A
- *   4-byte header, datagram at byte 4, was measured first: fewer bytes, but
- *   without room for the tail copy the trailer's dependent read made it
- *   slower from 128-byte packets on; cuda/DESIGN.md.)
+ *   4-byte header, datagram at byte 4, was measured first for every size:
+ *   fewer bytes, but without room for the tail copy the trailer's dependent
+ *   read made it slower from 128-byte packets on; cuda/DESIGN.md.)
+ * - tiny (PDMA_SLOT_TINY): len and flags, the datagram at
+ *   PDMA_SLOT_HDR_TINY (4), in slots of exactly PDMA_SLOT_TINY_MAX (80)
+ *   bytes: datagrams of up to 76 bytes, a 64-byte one in 80 bytes where
+ *   packed takes 96. No tail copy and no rx_seq; the GPU instance for
+ *   80-byte slots loads the whole slot, trailer included, in its one round
+ *   trip, which is what the 4-byte header lacked at larger sizes.
  * len is 16 bits: a UDP datagram's length is; larger slots hold what a
  * datagram can be (pdma_slot_finish marks anything longer truncated).
  */
@@ -83,11 +91,19 @@ struct pdma_slot_hdr {
  * itself) leaves the flag clear, and the trailer is read from the datagram. */
 #define PDMA_SLOT_TAIL 2u
 #define PDMA_SLOT_PACKED 4u /* packed layout: the datagram at PDMA_SLOT_HDR_PACKED */
+/* Tiny layout: only len and flags, the datagram at PDMA_SLOT_HDR_TINY, in
+ * slots of at most PDMA_SLOT_TINY_MAX bytes. There is no room for rx_seq or
+ * the tail copy, and none is needed: the GPU pass that runs on such small
+ * packets loads the whole slot at once, trailer included (cuda/DESIGN.md). */
+#define PDMA_SLOT_TINY 8u
+#define PDMA_SLOT_TINY_MAX 80u
 
-/* The datagram's offset in a slot whose flags word is flags. */
+/* The datagram's offset in a slot whose flags word is flags (tiny wins
+ * where a corrupt header claims both layouts). */
 PDMA_DFR_FN uint32_t pdma_slot_off(uint32_t flags)
 {
-	return (flags & PDMA_SLOT_PACKED) ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR;
+	return (flags & PDMA_SLOT_TINY) ? PDMA_SLOT_HDR_TINY
+					: (flags & PDMA_SLOT_PACKED) ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR;
 }
 
 /* A slot's datagram; *len its length where the slot holds that much, else 0
@@ -102,8 +118,9 @@ static inline const uint8_t *pdma_slot_dgram(const uint8_t *slot, uint32_t slot_
 }
 
 /* Fill slot's header once its datagram (len bytes at off, the ring's
- * PDMA_SLOT_HDR or PDMA_SLOT_HDR_PACKED, truncated when trunc) has landed:
- * every producer's one way to do it. */
+ * PDMA_SLOT_HDR, PDMA_SLOT_HDR_PACKED or PDMA_SLOT_HDR_TINY, truncated when
+ * trunc) has landed: every producer's one way to do it. A tiny slot's header
+ * is len and flags alone: rx_seq is not kept. */
 static inline void pdma_slot_finish(uint8_t *slot, uint32_t off, uint32_t len, int trunc, uint32_t rx_seq)
 {
 	struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)slot;
@@ -112,6 +129,10 @@ static inline void pdma_slot_finish(uint8_t *slot, uint32_t off, uint32_t len, i
 	if (len > 0xffffu)
 		len = 0xffffu;
 	h->len = (uint16_t)len;
+	if (off == PDMA_SLOT_HDR_TINY) {
+		h->flags = (uint16_t)(fl | PDMA_SLOT_TINY);
+		return;
+	}
 	h->rx_seq = rx_seq;
 	h->resv = 0;
 	h->tail = 0;
@@ -302,41 +323,65 @@ PDMA_DFR_FN int pdma_dfr_header(const struct pdma_dfr_config *c, const uint8_t *
 struct pdma_dfr_pre {
 	uint32_t len, flags;       /* struct pdma_slot_hdr */
 	uint32_t off;              /* pdma_slot_off(flags) */
-	uint32_t tail;             /* its tail (host order; full slots) */
+	uint32_t tail;             /* its tail (host order; with PDMA_SLOT_TAIL in flags) */
 	uint32_t h, sid, c0, c1;   /* VRT words 0-3 (host order) */
 	uint32_t tsi, fhi, flo;    /* VRT words 4-6 */
 };
 
-/* Fill *p from a slot of at least 64 bytes (16-byte aligned on the GPU). */
-PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, struct pdma_dfr_pre *p)
+/* Fill *p from a slot of at least 64 bytes (16-byte aligned on the GPU).
+ * On the GPU, wide (a constant after inlining) with slot_size >= 80 loads the
+ * slot's first 80 bytes: a tiny slot's trailer is then taken from them. */
+PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, uint32_t slot_size, int wide, struct pdma_dfr_pre *p)
 {
 #if defined(__CUDA_ARCH__)
-	/* All four 16-byte words, independent of the layout (one round trip:
+	/* Every 16-byte word, independent of the layout (one round trip:
 	 * the layout is known only from the first), then a select per field. */
 	const uint4 a = ((const uint4 *)slot)[0], q = ((const uint4 *)slot)[1];
 	const uint4 b = ((const uint4 *)slot)[2], e = ((const uint4 *)slot)[3];
-	const bool pk = (a.x >> 16) & PDMA_SLOT_PACKED;
+	const bool w = wide && slot_size >= PDMA_SLOT_TINY_MAX;
+	const uint4 f = w ? ((const uint4 *)slot)[4] : make_uint4(0, 0, 0, 0);
+	const uint32_t fl = a.x >> 16;
+	const bool tn = fl & PDMA_SLOT_TINY, pk = !tn && (fl & PDMA_SLOT_PACKED);
 	p->len = a.x & 0xffffu;
-	p->flags = a.x >> 16;
-	p->off = pk ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR;
+	p->flags = fl;
+	p->off = pdma_slot_off(fl);
 	p->tail = __byte_perm(a.w, 0, 0x0123);
-	/* The datagram starts at byte 20 (word 1 of q) packed, at byte 36
-	 * (word 1 of b) full: the same words one 16-byte load earlier. */
-	p->h = __byte_perm(pk ? q.y : b.y, 0, 0x0123);
-	p->sid = __byte_perm(pk ? q.z : b.z, 0, 0x0123);
-	p->c0 = __byte_perm(pk ? q.w : b.w, 0, 0x0123);
-	p->c1 = __byte_perm(pk ? b.x : e.x, 0, 0x0123);
-	p->tsi = __byte_perm(pk ? b.y : e.y, 0, 0x0123);
-	p->fhi = __byte_perm(pk ? b.z : e.z, 0, 0x0123);
-	p->flo = __byte_perm(pk ? b.w : e.w, 0, 0x0123);
+	/* The datagram starts at byte 4 (word 1 of a) tiny, byte 20 (word 1
+	 * of q) packed, byte 36 (word 1 of b) full: the same words one and
+	 * two 16-byte loads later. */
+	p->h = __byte_perm(tn ? a.y : pk ? q.y : b.y, 0, 0x0123);
+	p->sid = __byte_perm(tn ? a.z : pk ? q.z : b.z, 0, 0x0123);
+	p->c0 = __byte_perm(tn ? a.w : pk ? q.w : b.w, 0, 0x0123);
+	p->c1 = __byte_perm(tn ? q.x : pk ? b.x : e.x, 0, 0x0123);
+	p->tsi = __byte_perm(tn ? q.y : pk ? b.y : e.y, 0, 0x0123);
+	p->fhi = __byte_perm(tn ? q.z : pk ? b.z : e.z, 0, 0x0123);
+	p->flo = __byte_perm(tn ? q.w : pk ? b.w : e.w, 0, 0x0123);
+	if (w && tn && !(fl & PDMA_SLOT_TAIL)) {
+		/* A datagram of 64-76 bytes (the tiny slots' reason to be)
+		 * ends in the fifth load: its last word, at slot byte len (4 +
+		 * len - 4), is word len / 4 - 16 of f when len is a multiple
+		 * of 4 (the only packets the fast path takes). Shorter ones
+		 * read it as other slots without the copy do: selecting from
+		 * all 20 words cost the 40-register instance a spill. */
+		const uint32_t k = p->len >> 2;
+		if (!(p->len & 3u) && k >= 16u && k < 20u) {
+			const uint32_t t = (k & 2u) ? ((k & 1u) ? f.w : f.z) : ((k & 1u) ? f.y : f.x);
+			p->tail = __byte_perm(t, 0, 0x0123);
+			p->flags = fl | PDMA_SLOT_TAIL;
+		}
+	}
 #else
 	const struct pdma_slot_hdr *sh = (const struct pdma_slot_hdr *)slot;
 	const uint8_t *b;
+	(void)slot_size;
+	(void)wide;
 	p->len = sh->len;
 	p->flags = sh->flags;
 	p->off = pdma_slot_off(sh->flags);
 	b = slot + p->off;
-	p->tail = pdma_vrt_get32((const uint8_t *)&sh->tail);
+	/* A tiny slot has no tail copy: the fast path reads the trailer
+	 * (PDMA_SLOT_TAIL is never set on one, pdma_slot_finish). */
+	p->tail = p->off == PDMA_SLOT_HDR_TINY ? 0 : pdma_vrt_get32((const uint8_t *)&sh->tail);
 	p->h = pdma_vrt_get32(b);
 	p->sid = pdma_vrt_get32(b + 4);
 	p->c0 = pdma_vrt_get32(b + 8);

@@ -17,22 +17,42 @@ static uint32_t pow2_up(uint32_t v)
 	return p;
 }
 
-/* The layout's datagram offset and slot rounding; 0 for an unknown one. */
-static uint32_t layout_off(enum pdma_ring_layout layout, uint32_t *align)
+/* The slot size a ring of layout gets for slot_size (rounded up to the
+ * layout's multiple) and, in *off, the datagram's offset there; 0 for an
+ * unknown layout or a slot without room for a datagram. */
+static uint32_t layout_slot(enum pdma_ring_layout layout, uint32_t slot_size, uint32_t *off)
 {
-	*align = layout == PDMA_RING_PACKED ? 16u : 64u;
-	return layout == PDMA_RING_PACKED ? PDMA_SLOT_HDR_PACKED : layout == PDMA_RING_FULL ? PDMA_SLOT_HDR : 0;
+	uint32_t align;
+
+	switch (layout) {
+	case PDMA_RING_FULL:
+		*off = PDMA_SLOT_HDR;
+		align = 64u;
+		break;
+	case PDMA_RING_PACKED:
+		*off = PDMA_SLOT_HDR_PACKED;
+		align = 16u;
+		break;
+	case PDMA_RING_TINY:
+		/* A tiny slot is 80 bytes or nothing (deframe.h). */
+		*off = PDMA_SLOT_HDR_TINY;
+		return slot_size > *off && slot_size <= PDMA_SLOT_TINY_MAX ? PDMA_SLOT_TINY_MAX : 0;
+	default:
+		*off = 0;
+		return 0;
+	}
+	return slot_size > *off && slot_size <= (1u << 20) ? (slot_size + align - 1) & ~(align - 1) : 0;
 }
 
 int pdma_ring_init(struct pdma_ring *r, uint32_t nslots, uint32_t slot_size, enum pdma_ring_layout layout)
 {
-	uint32_t align, off = layout_off(layout, &align);
+	uint32_t off, slot = layout_slot(layout, slot_size, &off);
 
 	memset(r, 0, sizeof(*r));
-	if (nslots == 0 || nslots > (1u << 24) || !off || slot_size <= off || slot_size > (1u << 20))
+	if (nslots == 0 || nslots > (1u << 24) || !slot)
 		return -EINVAL;
 	r->nslots = pow2_up(nslots);
-	r->slot_size = (slot_size + align - 1) & ~(align - 1);
+	r->slot_size = slot;
 	r->dgram_off = off;
 	r->bytes = (size_t)r->nslots * r->slot_size;
 	/* mmap, not malloc: page-aligned and zeroed, so registration pins whole
@@ -56,13 +76,11 @@ int pdma_ring_init(struct pdma_ring *r, uint32_t nslots, uint32_t slot_size, enu
 int pdma_ring_init_external(struct pdma_ring *r, void *mem, size_t bytes, uint32_t slot_size,
 			    enum pdma_ring_layout layout)
 {
-	uint32_t align, off = layout_off(layout, &align);
+	uint32_t off;
 
 	memset(r, 0, sizeof(*r));
-	if (!mem || !off || slot_size <= off || slot_size > (1u << 20) || bytes < slot_size)
-		return -EINVAL;
-	slot_size = (slot_size + align - 1) & ~(align - 1);
-	if (bytes < slot_size)
+	slot_size = layout_slot(layout, slot_size, &off);
+	if (!mem || !slot_size || bytes < slot_size)
 		return -EINVAL;
 	uint32_t n = 1;
 	while ((uint64_t)n * 2 * slot_size <= bytes && n < (1u << 24))

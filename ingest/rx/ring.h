@@ -26,16 +26,17 @@ struct pdma_domain;
 struct pdma_mr;
 
 /* Slot layouts (deframe/deframe.h). Packed suits rings sized to small
- * datagrams; io_uring's receive path cannot fill it (its completion header
- * would lie over the slot header) and refuses it. */
-enum pdma_ring_layout { PDMA_RING_FULL, PDMA_RING_PACKED };
+ * datagrams, tiny (80-byte slots) to datagrams of at most 76 bytes;
+ * io_uring's receive path can fill neither (its completion header would lie
+ * over the slot header) and refuses them. */
+enum pdma_ring_layout { PDMA_RING_FULL, PDMA_RING_PACKED, PDMA_RING_TINY };
 
 struct pdma_ring {
 	uint8_t *base;        /* nslots * slot_size bytes, page aligned */
 	size_t bytes;
 	uint32_t nslots;      /* power of two */
-	uint32_t slot_size;   /* bytes, multiple of 64 (packed: 16), includes the slot header */
-	uint32_t dgram_off;   /* PDMA_SLOT_HDR or PDMA_SLOT_HDR_PACKED: the layout */
+	uint32_t slot_size;   /* bytes, multiple of 64 (packed: 16; tiny: 80), includes the slot header */
+	uint32_t dgram_off;   /* PDMA_SLOT_HDR, PDMA_SLOT_HDR_PACKED or PDMA_SLOT_HDR_TINY: the layout */
 	_Alignas(64) atomic_uint_fast64_t head; /* producer: next slot to fill */
 	_Alignas(64) atomic_uint_fast64_t tail; /* consumer: next slot to read */
 	_Alignas(64) atomic_uint_fast64_t overruns;
@@ -45,8 +46,9 @@ struct pdma_ring {
 	int external;         /* base not owned (sim GPU memory) */
 };
 
-/* slot_size is rounded up to 64 bytes (packed: 16), nslots to a power of
- * two. -EINVAL for a slot without room for a datagram. */
+/* slot_size is rounded up to 64 bytes (packed: 16; tiny: to 80, the only
+ * tiny size), nslots to a power of two. -EINVAL for a slot without room for
+ * a datagram, or a tiny one over 80 bytes. */
 int pdma_ring_init(struct pdma_ring *r, uint32_t nslots, uint32_t slot_size, enum pdma_ring_layout layout);
 /* A ring over caller memory (e.g. simulated GPU memory); not freed by fini. */
 int pdma_ring_init_external(struct pdma_ring *r, void *mem, size_t bytes, uint32_t slot_size,

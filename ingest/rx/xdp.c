@@ -200,7 +200,7 @@ int pdma_rx_xdp_open(struct pdma_rx_xdp **out, const char *dev, const char *bind
 	int ifindex, ret;
 
 	*out = NULL;
-	if (!port || slot_size <= PDMA_SLOT_HDR_PACKED)
+	if (!port || slot_size <= PDMA_SLOT_HDR_TINY)
 		return -EINVAL;
 	x = calloc(1, sizeof(*x));
 	if (!x)
@@ -221,9 +221,9 @@ int pdma_rx_xdp_open(struct pdma_rx_xdp **out, const char *dev, const char *bind
 	/* A frame, headers and a slot's worth of datagram, must fit after the
 	 * kernel's XDP headroom (256 bytes): 2048-byte frames where a slot
 	 * holds at most 1746 bytes (a 1500-byte MTU's datagrams), 4096 where it
-	 * holds more (either slot layout: the packed one's room). Longer frames
-	 * go to the stack (the program's max_len). */
-	x->chunk = slot_size - PDMA_SLOT_HDR_PACKED + PDMA_FRM_ETH + PDMA_FRM_VLAN + 28u + XDP_PACKET_HEADROOM <= 2048u
+	 * holds more (any slot layout: the tiny one's room). Longer frames go
+	 * to the stack (the program's max_len). */
+	x->chunk = slot_size - PDMA_SLOT_HDR_TINY + PDMA_FRM_ETH + PDMA_FRM_VLAN + 28u + XDP_PACKET_HEADROOM <= 2048u
 			   ? 2048u : 4096u;
 	cfg.max_len = x->chunk - XDP_PACKET_HEADROOM;
 	if (bind_addr && inet_pton(AF_INET, bind_addr, &a) == 1)

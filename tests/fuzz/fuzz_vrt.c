@@ -4,8 +4,8 @@
  * input, rebuilding a parsed packet reproduces its bytes exactly, and the
  * header stage's fast path (pdma_dfr_header_fast) accepts only packets that
  * the general path accepts as data, with the same descriptor and result,
- * whether the slot header carries the datagram's last word or not, in full
- * and packed slots. */
+ * whether the slot header carries the datagram's last word or not, in full,
+ * packed and tiny slots. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,36 +40,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 
 	/* The deframer's header stage on the same bytes in a ring slot, in
-	 * either layout (deframe.h). */
-	for (int packed = 0; packed < 2 && size <= 9000; packed++) {
+	 * each layout (deframe.h): full, packed, tiny (an 80-byte slot). */
+	for (int lay = 0; lay < 3 && size <= 9000; lay++) {
 		static uint8_t slot[9016 + 64];
 		struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)slot;
 		struct pdma_dfr_config c = { 4, 16, 8192, 4, 1000000 };
 		struct pdma_dfr_desc d;
 		struct pdma_dfr_pkt r;
-		const uint32_t off = packed ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR;
+		const uint32_t off = lay == 2 ? PDMA_SLOT_HDR_TINY : lay ? PDMA_SLOT_HDR_PACKED : PDMA_SLOT_HDR;
+		const uint32_t ss = lay == 2 ? PDMA_SLOT_TINY_MAX : (uint32_t)sizeof(slot);
+		if (size > ss - off)
+			break;
 		h->len = (uint16_t)size;
-		h->flags = packed ? PDMA_SLOT_PACKED : 0;
+		h->flags = lay == 2 ? PDMA_SLOT_TINY : lay ? PDMA_SLOT_PACKED : 0;
 		memcpy(slot + off, data, size);
-		int st = pdma_dfr_header(&c, slot, sizeof(slot), &d, &r);
+		int st = pdma_dfr_header(&c, slot, ss, &d, &r);
 		if (st == PDMA_DFR_ST_DATA &&
 		    ((size_t)r.payload_off + r.payload_len > size || r.payload_len > c.max_payload))
 			abort();
 		if (st < 0 && -st >= PDMA_DFR_E__MAX)
 			abort();
 		/* The fast path from a slot header without and with the
-		 * producer's finish (full: the copy of the last word,
-		 * PDMA_SLOT_TAIL). */
+		 * producer's finish (full and packed: the copy of the last
+		 * word, PDMA_SLOT_TAIL; tiny: never a copy). */
 		for (int tail = 0; tail < 2; tail++) {
 			struct pdma_dfr_pre pre;
 			struct pdma_dfr_desc fd;
 			struct pdma_dfr_pkt fr;
 			if (tail)
 				pdma_slot_finish(slot, off, (uint32_t)size, 0, 7);
-			pdma_dfr_prefix(slot, &pre);
-			if (pre.off != off)
+			pdma_dfr_prefix(slot, ss, 0, &pre);
+			if (pre.off != off || (lay == 2 && (pre.flags & PDMA_SLOT_TAIL)))
 				abort();
-			if (pdma_dfr_header_fast(&c, slot, sizeof(slot), &pre, &fd, &fr) &&
+			if (pdma_dfr_header_fast(&c, slot, ss, &pre, &fd, &fr) &&
 			    (st != PDMA_DFR_ST_DATA || fd.pkt != d.pkt || fd.stream_id != d.stream_id ||
 			     fd.stream != d.stream || fd.count != d.count || fr.pkt != r.pkt ||
 			     fr.payload_off != r.payload_off || fr.payload_len != r.payload_len ||
@@ -78,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			/* Without the trailer: accepted means DATA or a trailer
 			 * error, by the trailer word alone. */
 			uint32_t tr_off;
-			if (pdma_dfr_header_fast_nt(&c, sizeof(slot), &pre, &fd, &fr, &tr_off)) {
+			if (pdma_dfr_header_fast_nt(&c, ss, &pre, &fd, &fr, &tr_off)) {
 				int tok = !tr_off || pdma_vrt_trailer_ok(pdma_vrt_get32(slot + tr_off));
 				if (st != (tok ? PDMA_DFR_ST_DATA : -PDMA_VRT_E_TRAILER) ||
 				    fd.stream_id != d.stream_id || fd.count != d.count ||

@@ -10,7 +10,10 @@
  * not, and on two rings of packed slots (deframe.h) sized to small datagrams
  * (64- and 284-byte packets in 304-byte slots; 64- and 92-byte ones in
  * 112-byte slots, whose payloads of at most 64 bytes run v16's tiny
- * instance, dfr_tiny_pass, once the longest payload is known). The rings hold malformed packets, failing
+ * instance, dfr_tiny_pass, once the longest payload is known) and one of
+ * tiny slots (64- and 76-byte packets in 80-byte slots, the datagram at byte
+ * 4, no tail copy: dfr_tiny_pass takes the trailer from the 80 bytes it
+ * loads, the other passes read it). The rings hold malformed packets, failing
  * trailers among them (alone and beside a valid copy of the same packet),
  * and slots with and without the receive side's copy of the datagram's last
  * word (PDMA_SLOT_TAIL), which the fast path trusts (test_slot_tail shows it
@@ -40,6 +43,7 @@ struct ringref {
 	struct pdma_ring ring;
 	bool packed;
 	bool tiny; /* packed, payloads of 32 and 64 bytes */
+	bool t80;  /* tiny slots (80 bytes), payloads of 32 and 48 bytes */
 	uint32_t n;
 	uint32_t streams;
 	struct pdma_dfr cpu;
@@ -52,7 +56,7 @@ struct fixture {
 	void *dl;
 	struct pdma_gpu_dfr *g;
 	struct pdma_dfr_config cfg;
-	struct ringref mixed, aligned, packed, tiny;
+	struct ringref mixed, aligned, packed, tiny, t80;
 	struct pdma_dfr_desc *gpu_desc;
 	struct pdma_dfr_tables host; /* GPU tables copied back */
 };
@@ -62,7 +66,8 @@ static struct fixture F;
 /* Interleave two generators (different packet sizes, loss, dup, reorder),
  * then break a few packets in place so malformed handling is compared too.
  * R->packed: 64- and 284-byte packets in packed 304-byte slots; R->tiny: 64-
- * and 92-byte packets (32- and 64-byte payloads) in packed 112-byte slots.
+ * and 92-byte packets (32- and 64-byte payloads) in packed 112-byte slots;
+ * R->t80: 64- and 76-byte packets (32 and 48) in 80-byte tiny slots.
  * mixed: the second generator's payloads (260 bytes, no trailer) are not a
  * multiple of 16, so groups with them take the 4-byte copy; aligned: 1024-
  * and 256-byte payloads only (16-byte copies). */
@@ -85,16 +90,16 @@ static void fill_ring(struct ringref *R, bool aligned)
 	b = a;
 	b.streams = 3;
 	b.stream_id_base = 0x2000;
-	b.packet_size = R->tiny ? 92 : aligned ? 284 : 288;
+	b.packet_size = R->t80 ? 76 : R->tiny ? 92 : aligned ? 284 : 288;
 	b.trailer = false;
 	b.seed = aligned ? 9 : 5;
 	R->streams = 7;
 	assert_int_equal(pdma_gen_open(&a, &ga), 0);
 	assert_int_equal(pdma_gen_open(&b, &gb), 0);
-	assert_int_equal(pdma_ring_init(&R->ring, 32768, R->tiny ? 112 : R->packed ? 304 : SLOT,
-				       R->packed ? PDMA_RING_PACKED : PDMA_RING_FULL), 0);
+	assert_int_equal(pdma_ring_init(&R->ring, 32768, R->t80 ? 80 : R->tiny ? 112 : R->packed ? 304 : SLOT,
+				       R->t80 ? PDMA_RING_TINY : R->packed ? PDMA_RING_PACKED : PDMA_RING_FULL), 0);
 	const uint32_t off = R->ring.dgram_off, ss = R->ring.slot_size;
-	const uint16_t lay = R->packed ? PDMA_SLOT_PACKED : 0;
+	const uint16_t lay = R->t80 ? PDMA_SLOT_TINY : R->packed ? PDMA_SLOT_PACKED : 0;
 	bool done[2] = { false, false };
 	for (int turn = 0; !(done[0] && done[1]); turn++) {
 		int w = turn % 2;
@@ -228,8 +233,10 @@ static int setup(void **state)
 	F.gpu_desc = calloc(32768, sizeof(*F.gpu_desc));
 	F.packed.packed = true;
 	F.tiny.packed = F.tiny.tiny = true;
+	F.t80.packed = F.t80.t80 = true;
 	if (ring_setup(&F.mixed, "mixed", false) || ring_setup(&F.aligned, "aligned", true) ||
-	    ring_setup(&F.packed, "packed", true) || ring_setup(&F.tiny, "tiny", true))
+	    ring_setup(&F.packed, "packed", true) || ring_setup(&F.tiny, "tiny", true) ||
+	    ring_setup(&F.t80, "tiny slots", true))
 		return -1;
 	return 0;
 }
@@ -241,6 +248,7 @@ static int teardown(void **state)
 	ring_teardown(&F.aligned);
 	ring_teardown(&F.packed);
 	ring_teardown(&F.tiny);
+	ring_teardown(&F.t80);
 	if (F.g)
 		F.ops.close(F.g);
 	pdma_gpu_unload(F.dl);
@@ -444,8 +452,8 @@ static void test_kernels(void **state)
 	for (size_t v = 0; v < sizeof(names) / sizeof(names[0]); v++) {
 		assert_int_equal(F.ops.set_kernel(F.g, names[v]), 0);
 		assert_string_equal(F.ops.kernel_name(F.g), names[v]);
-		struct ringref *rings[4] = { &F.mixed, &F.aligned, &F.packed, &F.tiny };
-		for (int r = 0; r < 4; r++) {
+		struct ringref *rings[5] = { &F.mixed, &F.aligned, &F.packed, &F.tiny, &F.t80 };
+		for (int r = 0; r < 5; r++) {
 			begin(PDMA_GPU_LAUNCH_GRAPH);
 			run_batches(rings[r], DIRECT, WHOLE, 1, 0);
 			end(PDMA_GPU_LAUNCH_GRAPH);
@@ -583,9 +591,10 @@ static void test_auto_small(void **state)
 
 /* v16 picks its register budget by the longest payload known: after a lone
  * 64-byte packet (a 32-byte payload) the next launches run dfr_tiny_pass. On
- * the tiny ring they stay there (payloads of at most 64 bytes); on the packed
- * ring the 284-byte packets of the second launch raise the hint and the last
- * launch runs dfr_small_pass. Byte-identical across the switch. */
+ * the tiny ring and the tiny slots they stay there (payloads of at most 64
+ * bytes); on the packed ring the 284-byte packets of the second launch raise
+ * the hint and the last launch runs dfr_small_pass. Byte-identical across the
+ * switch. */
 static void test_v16_tiny(void **state)
 {
 	(void)state;
@@ -593,6 +602,8 @@ static void test_v16_tiny(void **state)
 	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
 	run_short_first(&F.tiny, "v16");
 	compare(&F.tiny, "v16, tiny payloads only");
+	run_short_first(&F.t80, "v16");
+	compare(&F.t80, "v16, tiny slots");
 	run_short_first(&F.packed, "v16");
 	compare(&F.packed, "v16, tiny payloads first, then longer ones");
 	assert_int_equal(F.ops.set_kernel(F.g, was), 0);

@@ -215,7 +215,7 @@ static uint16_t free_port(void)
 
 /* gen -> ingest through the CLI: what gen injected is what ingest reports,
  * with the receive I/O rx (recvmmsg or io_uring; the JSON names it) and the
- * slot layout layout ("full" or "packed", the JSON names it too), ingest's
+ * slot layout layout ("full", "packed" or "tiny", the JSON names it too), ingest's
  * options ing_opts and gen's gen_opts. */
 static void gen_to_ingest_opts(const char *rx, const char *layout, const char *ing_opts, const char *gen_opts)
 {
@@ -253,7 +253,8 @@ static void gen_to_ingest(const char *rx)
 }
 
 /* 64-byte packets into 96-byte slots: the layout auto picks is packed (the
- * full one needs 128), asked for by name too; the same exact accounting. */
+ * full one needs 128), asked for by name too; into 80-byte slots tiny, by
+ * name too; the same exact accounting. */
 static void test_gen_to_ingest_packed(void **state)
 {
 	(void)state;
@@ -264,6 +265,15 @@ static void test_gen_to_ingest_packed(void **state)
 	assert_int_equal(sh("%s ingest --rx io_uring --slot-layout packed -d 0.05 -q -j /dev/null 2>%s/e", tool, dir),
 			 2);
 	assert_int_equal(sh("grep -q 'io_uring.s completion header' %s/e", dir), 0);
+	gen_to_ingest_opts("recvmmsg", "tiny", "--slot-size 80", "-S 64");
+	gen_to_ingest_opts("gro", "tiny", "--slot-size 80 --slot-layout tiny", "-S 76");
+	/* Nor tiny ones; and a tiny slot is 80 bytes. */
+	assert_int_equal(sh("%s ingest --rx io_uring --slot-size 80 --slot-layout tiny -d 0.05 -q -j /dev/null "
+			    "2>%s/e", tool, dir), 2);
+	assert_int_equal(sh("grep -q 'tiny: io_uring.s completion header' %s/e", dir), 0);
+	assert_int_equal(sh("%s ingest --slot-size 96 --slot-layout tiny -d 0.05 -q -j /dev/null 2>%s/e", tool, dir),
+			 2);
+	assert_int_equal(sh("grep -q 'slots are 80 bytes' %s/e", dir), 0);
 }
 
 static void test_gen_to_ingest(void **state)

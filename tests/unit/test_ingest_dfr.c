@@ -366,7 +366,7 @@ static int fast_vs_general(const struct pdma_dfr_config *c, const uint8_t *slot,
 	struct pdma_dfr_pkt r = { 0 }, fr, nr = { 0 };
 	uint32_t tr_off = 1;
 	int st = pdma_dfr_header(c, slot, slot_size, &d, &r);
-	pdma_dfr_prefix(slot, &pre);
+	pdma_dfr_prefix(slot, slot_size, 0, &pre);
 	/* Without the trailer (the fast path's first half): what it accepts, the
 	 * general path calls DATA when the trailer passes and a trailer error
 	 * otherwise, with the same packet fields as the fast path. */
@@ -526,10 +526,10 @@ static void test_header_fast(void **state)
 					struct pdma_dfr_pkt fr;
 					pdma_slot_finish(slot, PDMA_SLOT_HDR, (uint32_t)n, 0, 0);
 					slot[PDMA_SLOT_HDR + n - 1] ^= 0x01;
-					pdma_dfr_prefix(slot, &pre);
+					pdma_dfr_prefix(slot, ss, 0, &pre);
 					assert_int_equal(pdma_dfr_header_fast(&c, slot, ss, &pre, &fd, &fr), 1);
 					h->flags = 0;
-					pdma_dfr_prefix(slot, &pre);
+					pdma_dfr_prefix(slot, ss, 0, &pre);
 					assert_int_equal(pdma_dfr_header_fast(&c, slot, ss, &pre, &fd, &fr), 0);
 					slot[PDMA_SLOT_HDR + n - 1] ^= 0x01;
 				}
@@ -611,15 +611,95 @@ static void test_ring(void **state)
 	assert_int_equal(pdma_dfr_init(&d, &c), -EINVAL);
 }
 
-/* Packed slots (deframe.h): the ring's geometry, what a producer's finish
- * writes (the header with its tail copy, nothing of the datagram), and the CPU deframer's
- * result on a packed ring equal to the full ring's for the same traffic
- * (placed samples, tags, descriptors' accounting), with the fast path taking
- * every data packet and a datagram longer than the slot refused. */
+/* The CPU deframer on a ring of layout (slots sized to size-byte packets,
+ * the datagram at off) against a full ring with the same traffic: what
+ * pdma_slot_finish writes (flags want; with PDMA_SLOT_TAIL the copy of the
+ * last word; the datagram intact), equal results (placed samples, tags,
+ * descriptors' accounting), the fast path taking every data packet, and a
+ * datagram longer than the slot refused. */
+static void layout_vs_full(enum pdma_ring_layout layout, uint32_t off, uint32_t size, uint16_t want)
+{
+	struct pdma_dfr_config c;
+	struct pdma_dfr df, dp;
+	struct pdma_gen_config gc;
+	struct pdma_gen *g;
+	struct pdma_ring rf, rp;
+	uint8_t b[SLOT];
+	uint32_t si, n = 0;
+	int len, fast = 0, data = 0;
+
+	pdma_gen_config_default(&gc);
+	gc.packet_size = size;
+	gc.trailer = true;
+	gc.packets = 100;
+	gc.streams = 2;
+	gc.loss_pm = 30;
+	gc.dup_pm = 30;
+	gc.reorder_pm = 30;
+	cfg_small(&c);
+	c.sample_rate = gc.sample_rate;
+	c.out_pkts = 256;
+	assert_int_equal(pdma_gen_open(&gc, &g), 0);
+	assert_int_equal(pdma_ring_init(&rf, 512, PDMA_SLOT_HDR + size, PDMA_RING_FULL), 0);
+	assert_int_equal(pdma_ring_init(&rp, 512, off + size, layout), 0);
+	assert_int_equal(rp.dgram_off, off);
+	assert_true(rp.slot_size < rf.slot_size);
+	while ((len = pdma_gen_next(g, b, sizeof(b), &si)) > 0) {
+		uint8_t *sf = pdma_ring_slot(&rf, n), *sp = pdma_ring_slot(&rp, n);
+		const struct pdma_slot_hdr *h = (const struct pdma_slot_hdr *)sp;
+
+		assert_true(n < 512);
+		assert_true((uint32_t)len <= pdma_ring_room(&rp));
+		memcpy(sf + PDMA_SLOT_HDR, b, (size_t)len);
+		pdma_slot_finish(sf, PDMA_SLOT_HDR, (uint32_t)len, 0, n);
+		memcpy(pdma_ring_dgram(&rp, n), b, (size_t)len);
+		pdma_slot_finish(sp, rp.dgram_off, (uint32_t)len, 0, n);
+		assert_int_equal(h->len, len);
+		assert_int_equal(h->flags, want);
+		if (want & PDMA_SLOT_TAIL)
+			assert_memory_equal(&h->tail, b + len - 4, 4);
+		assert_memory_equal(sp + off, b, (size_t)len);
+		fast += fast_vs_general(&c, sp, rp.slot_size);
+		data += b[0] >> 4 != PDMA_VRT_CONTEXT;
+		n++;
+	}
+	pdma_gen_close(g);
+	assert_int_equal(fast, data); /* every data packet */
+	assert_true(data > 150);
+	assert_int_equal(pdma_dfr_init(&df, &c), 0);
+	assert_int_equal(pdma_dfr_init(&dp, &c), 0);
+	pdma_dfr_process(&df, &rf, 0, n);
+	pdma_dfr_process(&dp, &rp, 0, n);
+	assert_true(df.placed > 150);
+	assert_int_equal(dp.placed, df.placed);
+	assert_memory_equal(dp.t.tags, df.t.tags, (size_t)c.max_streams * c.out_pkts * sizeof(uint64_t));
+	assert_memory_equal(pdma_dfr_out(&dp, 0), pdma_dfr_out(&df, 0),
+			    (size_t)c.max_streams * c.out_pkts * c.max_payload);
+	for (uint32_t s = 0; s < 2; s++) {
+		struct pdma_stream_stats a, e;
+		assert_true(pdma_acct_stream(&df.acct, s, &e));
+		assert_true(pdma_acct_stream(&dp.acct, s, &a));
+		assert_memory_equal(&a, &e, sizeof(a));
+	}
+
+	/* More than the slot holds: truncated, refused. */
+	uint8_t *sp = pdma_ring_slot(&rp, 0);
+	struct pdma_dfr_desc d;
+	pdma_slot_finish(sp, rp.dgram_off, pdma_ring_room(&rp), 1, 0);
+	assert_int_equal(((const struct pdma_slot_hdr *)sp)->flags, (want & ~PDMA_SLOT_TAIL) | PDMA_SLOT_TRUNC);
+	assert_int_equal(pdma_dfr_cpu_slot(&c, &dp.t, sp, rp.slot_size, &d), 0);
+	assert_int_equal(d.status, -PDMA_DFR_E_SLOT_TRUNC);
+	pdma_dfr_fini(&df);
+	pdma_dfr_fini(&dp);
+	pdma_ring_fini(&rf);
+	pdma_ring_fini(&rp);
+}
+
+/* Packed slots (deframe.h): the ring's geometry, then layout_vs_full with
+ * the header's tail copy at 64-, 256- and 1024-byte packets. */
 static void test_packed_slots(void **state)
 {
-	static const uint32_t sizes[] = { 64, 256, 1024 };
-	struct pdma_ring rf, rp;
+	struct pdma_ring rp;
 	(void)state;
 
 	assert_int_equal(pdma_ring_init(&rp, 8, 20, PDMA_RING_PACKED), -EINVAL);
@@ -630,79 +710,39 @@ static void test_packed_slots(void **state)
 	assert_ptr_equal(pdma_ring_dgram(&rp, 9), rp.base + 96 + 20);
 	pdma_ring_fini(&rp);
 	assert_int_equal(pdma_ring_init(&rp, 8, 100, (enum pdma_ring_layout)7), -EINVAL);
+	layout_vs_full(PDMA_RING_PACKED, PDMA_SLOT_HDR_PACKED, 64, PDMA_SLOT_PACKED | PDMA_SLOT_TAIL);
+	layout_vs_full(PDMA_RING_PACKED, PDMA_SLOT_HDR_PACKED, 256, PDMA_SLOT_PACKED | PDMA_SLOT_TAIL);
+	layout_vs_full(PDMA_RING_PACKED, PDMA_SLOT_HDR_PACKED, 1024, PDMA_SLOT_PACKED | PDMA_SLOT_TAIL);
+}
 
-	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
-		struct pdma_dfr_config c;
-		struct pdma_dfr df, dp;
-		struct pdma_gen_config gc;
-		struct pdma_gen *g;
-		uint8_t b[SLOT];
-		uint32_t si, n = 0;
-		int len, fast = 0, data = 0;
+/* Tiny slots (deframe.h): the ring's geometry (every slot 80 bytes, the
+ * datagram at byte 4, 76 bytes of room), a header of len and flags alone
+ * (pdma_slot_finish writes nothing past byte 4: no tail copy, no rx_seq),
+ * then layout_vs_full at 64- and 76-byte packets (the fast path reads the
+ * trailer from the datagram). */
+static void test_tiny_slots(void **state)
+{
+	struct pdma_ring rt;
+	uint8_t ref[PDMA_SLOT_TINY_MAX];
+	(void)state;
 
-		pdma_gen_config_default(&gc);
-		gc.packet_size = sizes[k];
-		gc.trailer = true;
-		gc.packets = 100;
-		gc.streams = 2;
-		gc.loss_pm = 30;
-		gc.dup_pm = 30;
-		gc.reorder_pm = 30;
-		cfg_small(&c);
-		c.sample_rate = gc.sample_rate;
-		c.out_pkts = 256;
-		assert_int_equal(pdma_gen_open(&gc, &g), 0);
-		assert_int_equal(pdma_ring_init(&rf, 512, PDMA_SLOT_HDR + sizes[k], PDMA_RING_FULL), 0);
-		assert_int_equal(pdma_ring_init(&rp, 512, PDMA_SLOT_HDR_PACKED + sizes[k], PDMA_RING_PACKED), 0);
-		assert_true(rp.slot_size < rf.slot_size);
-		while ((len = pdma_gen_next(g, b, sizeof(b), &si)) > 0) {
-			uint8_t *sf = pdma_ring_slot(&rf, n), *sp = pdma_ring_slot(&rp, n);
-			const struct pdma_slot_hdr *h = (const struct pdma_slot_hdr *)sp;
-
-			assert_true(n < 512);
-			memcpy(sf + PDMA_SLOT_HDR, b, (size_t)len);
-			pdma_slot_finish(sf, PDMA_SLOT_HDR, (uint32_t)len, 0, n);
-			memcpy(pdma_ring_dgram(&rp, n), b, (size_t)len);
-			pdma_slot_finish(sp, rp.dgram_off, (uint32_t)len, 0, n);
-			assert_int_equal(h->len, len);
-			assert_int_equal(h->flags, PDMA_SLOT_PACKED | PDMA_SLOT_TAIL);
-			assert_memory_equal(&h->tail, b + len - 4, 4);
-			assert_memory_equal(sp + PDMA_SLOT_HDR_PACKED, b, (size_t)len);
-			fast += fast_vs_general(&c, sp, rp.slot_size);
-			data += b[0] >> 4 != PDMA_VRT_CONTEXT;
-			n++;
-		}
-		pdma_gen_close(g);
-		assert_int_equal(fast, data); /* every data packet */
-		assert_true(data > 150);
-		assert_int_equal(pdma_dfr_init(&df, &c), 0);
-		assert_int_equal(pdma_dfr_init(&dp, &c), 0);
-		pdma_dfr_process(&df, &rf, 0, n);
-		pdma_dfr_process(&dp, &rp, 0, n);
-		assert_true(df.placed > 150);
-		assert_int_equal(dp.placed, df.placed);
-		assert_memory_equal(dp.t.tags, df.t.tags, (size_t)c.max_streams * c.out_pkts * sizeof(uint64_t));
-		assert_memory_equal(pdma_dfr_out(&dp, 0), pdma_dfr_out(&df, 0),
-				    (size_t)c.max_streams * c.out_pkts * c.max_payload);
-		for (uint32_t s = 0; s < 2; s++) {
-			struct pdma_stream_stats a, e;
-			assert_true(pdma_acct_stream(&df.acct, s, &e));
-			assert_true(pdma_acct_stream(&dp.acct, s, &a));
-			assert_memory_equal(&a, &e, sizeof(a));
-		}
-
-		/* More than a packed slot holds: truncated, refused. */
-		uint8_t *sp = pdma_ring_slot(&rp, 0);
-		struct pdma_dfr_desc d;
-		pdma_slot_finish(sp, rp.dgram_off, pdma_ring_room(&rp), 1, 0);
-		assert_int_equal(((const struct pdma_slot_hdr *)sp)->flags, PDMA_SLOT_PACKED | PDMA_SLOT_TRUNC);
-		assert_int_equal(pdma_dfr_cpu_slot(&c, &dp.t, sp, rp.slot_size, &d), 0);
-		assert_int_equal(d.status, -PDMA_DFR_E_SLOT_TRUNC);
-		pdma_dfr_fini(&df);
-		pdma_dfr_fini(&dp);
-		pdma_ring_fini(&rf);
-		pdma_ring_fini(&rp);
-	}
+	assert_int_equal(pdma_ring_init(&rt, 8, PDMA_SLOT_HDR_TINY, PDMA_RING_TINY), -EINVAL);
+	assert_int_equal(pdma_ring_init(&rt, 8, 81, PDMA_RING_TINY), -EINVAL);
+	assert_int_equal(pdma_ring_init(&rt, 8, 68, PDMA_RING_TINY), 0);
+	assert_int_equal(rt.slot_size, 80); /* a tiny slot is 80 bytes or nothing */
+	assert_int_equal(rt.dgram_off, PDMA_SLOT_HDR_TINY);
+	assert_int_equal(pdma_ring_room(&rt), 76);
+	assert_ptr_equal(pdma_ring_dgram(&rt, 9), rt.base + 80 + 4); /* slot 9 of 8 is slot 1 */
+	uint8_t *s0 = pdma_ring_slot(&rt, 0);
+	for (uint32_t k = 0; k < sizeof(ref); k++)
+		s0[k] = ref[k] = (uint8_t)(k * 7 + 1);
+	pdma_slot_finish(s0, rt.dgram_off, 76, 0, 99);
+	assert_int_equal(((const struct pdma_slot_hdr *)s0)->len, 76);
+	assert_int_equal(((const struct pdma_slot_hdr *)s0)->flags, PDMA_SLOT_TINY);
+	assert_memory_equal(s0 + 4, ref + 4, sizeof(ref) - 4);
+	pdma_ring_fini(&rt);
+	layout_vs_full(PDMA_RING_TINY, PDMA_SLOT_HDR_TINY, 64, PDMA_SLOT_TINY);
+	layout_vs_full(PDMA_RING_TINY, PDMA_SLOT_HDR_TINY, 76, PDMA_SLOT_TINY);
 }
 
 int main(void)
@@ -718,6 +758,7 @@ int main(void)
 		cmocka_unit_test(test_pcap),
 		cmocka_unit_test(test_ring),
 		cmocka_unit_test(test_packed_slots),
+		cmocka_unit_test(test_tiny_slots),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

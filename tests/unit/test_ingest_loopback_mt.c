@@ -255,31 +255,45 @@ static void test_loopback_io_uring(void **state)
 	check(&g, &ic, 50000);
 }
 
-/* Packed slots (deframe.h), the layout auto picks for rings of small slots:
- * 64-byte datagrams in 96-byte slots (the full layout needs 128), the same
- * exact accounting and bytes through recvmmsg, UDP GRO (where the kernel has
- * it) and the direct path's device ring, and the same with the layout asked
- * for by name. */
-static void test_loopback_packed(void **state)
+/* The slot layout and slot size a session with config ic reports. */
+static void layout_of(const struct pdma_ingest_config *ic, const char *layout, int slot_bytes)
+{
+	struct pdma_ingest_config c = *ic;
+	struct pdma_ingest *ing;
+	c.port = 0;
+	assert_int_equal(pdma_ingest_open_config(&c, &ing, NULL, 0), 0);
+	json_t *j = pdma_ingest_json(ing, 0);
+	assert_non_null(j);
+	assert_string_equal(json_string_value(json_object_get(j, "slot_layout")), layout);
+	assert_int_equal(json_integer_value(json_object_get(j, "slot_bytes")), slot_bytes);
+	json_decref(j);
+	pdma_ingest_close(ing);
+}
+
+/* 64-byte datagrams into slot-byte slots, which auto gives the layout
+ * named name (choice): the same exact accounting and bytes through recvmmsg
+ * (auto, then the layout by name with two threads), UDP GRO (where the
+ * kernel has it) and the direct path's device ring. */
+static void small_slots(uint32_t slot, enum pdma_slot_choice choice, const char *name, uint32_t seed)
 {
 	struct pdma_sim *sim;
 	struct pdma_domain *dom;
 	struct pdma_gen_config g;
 	struct pdma_ingest_config ic;
-	(void)state;
 	gen_lossy(&g, 3, 1500);
 	g.packet_size = 64;
-	g.seed = 5;
+	g.seed = seed;
 	pdma_ingest_config_default(&ic);
 	ic.ring_slots = 1024;
-	ic.slot_size = 96;
+	ic.slot_size = slot;
+	layout_of(&ic, name, (int)slot);
 	check(&g, &ic, 50000);
-	ic.slot_layout = PDMA_SLOTS_PACKED;
+	ic.slot_layout = choice;
 	ic.threads = 2;
 	check(&g, &ic, 50000);
 	pdma_ingest_config_default(&ic);
 	ic.ring_slots = 1024;
-	ic.slot_size = 96;
+	ic.slot_size = slot;
 	ic.rx_io = PDMA_RX_IO_GRO;
 	struct pdma_ingest *ing;
 	ic.port = 0;
@@ -292,10 +306,31 @@ static void test_loopback_packed(void **state)
 		ic.port = 4991;
 		check(&g, &ic, 50000);
 	}
-	direct_config(&ic, &sim, &dom, 96);
+	direct_config(&ic, &sim, &dom, slot);
 	check(&g, &ic, 40000);
 	assert_int_equal(pdma_domain_close(dom), 0);
 	assert_int_equal(pdma_sim_close(sim), 0);
+}
+
+/* Packed slots (deframe.h), the layout auto picks for rings of small slots:
+ * 64-byte datagrams in 96-byte slots (the full layout needs 128). */
+static void test_loopback_packed(void **state)
+{
+	(void)state;
+	small_slots(96, PDMA_SLOTS_PACKED, "packed", 5);
+}
+
+/* Tiny slots (deframe.h), the layout auto picks for 80-byte slots: 64-byte
+ * datagrams in 80 bytes (packed needs 96); an 84-byte slot, the smallest
+ * packed one, is 96 bytes packed. */
+static void test_loopback_tiny(void **state)
+{
+	struct pdma_ingest_config ic;
+	(void)state;
+	small_slots(80, PDMA_SLOTS_TINY, "tiny", 11);
+	pdma_ingest_config_default(&ic);
+	ic.slot_size = 84;
+	layout_of(&ic, "packed", 96);
 }
 
 /* The GPU launch mode a session with config ic reports ("graph", "stream"). */
@@ -328,7 +363,8 @@ static void test_ingest_bad_config(void **state)
 	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), -EINVAL);
 	/* Slot layouts: no such layout; packed for io_uring, whose completion
 	 * header needs the full layout's room; a slot too small for the fast
-	 * path's 64-byte prefix after its header. */
+	 * path's 64-byte prefix after its header; tiny slots over 80 bytes or
+	 * for io_uring. */
 	pdma_ingest_config_default(&ic);
 	ic.slot_layout = (enum pdma_slot_choice)7;
 	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), -EINVAL);
@@ -341,6 +377,12 @@ static void test_ingest_bad_config(void **state)
 	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), -EINVAL);
 	ic.slot_layout = PDMA_SLOTS_FULL;
 	ic.slot_size = 96;
+	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), -EINVAL);
+	/* Tiny slots are 80 bytes, and not for io_uring. */
+	ic.slot_layout = PDMA_SLOTS_TINY;
+	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), -EINVAL);
+	ic.slot_size = 80;
+	ic.rx_io = PDMA_RX_IO_URING;
 	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), -EINVAL);
 	pdma_ingest_config_default(&ic);
 	ic.path = PDMA_RX_HOST_STAGED;
@@ -423,6 +465,7 @@ int main(void)
 		cmocka_unit_test(test_loopback_io_uring),
 		cmocka_unit_test(test_loopback_truncated),
 		cmocka_unit_test(test_loopback_packed),
+		cmocka_unit_test(test_loopback_tiny),
 		cmocka_unit_test(test_demo),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

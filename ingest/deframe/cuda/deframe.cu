@@ -155,11 +155,13 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	const int si = s == g->s[1];
 	/* Windows per packet: the longest payload a slot can hold and the
 	 * configuration accepts, narrowed by the longest payload seen so far
-	 * when known (a packed slot's datagram starts earlier: the bound of
-	 * either layout); +1 for a misaligned destination. */
+	 * when known (a packed or tiny slot's datagram starts earlier: the
+	 * bound of any layout a slot this size can have); +1 for a misaligned
+	 * destination. */
 	uint32_t hintk;
-	uint32_t stride = copy_stride(g, std::min(g->c.max_payload, slot_size > PDMA_SLOT_HDR_PACKED + 4 ?
-							     slot_size - PDMA_SLOT_HDR_PACKED - 4 : 0u), &hintk);
+	const uint32_t doff = slot_size <= PDMA_SLOT_TINY_MAX ? PDMA_SLOT_HDR_TINY : PDMA_SLOT_HDR_PACKED;
+	uint32_t stride = copy_stride(g, std::min(g->c.max_payload, slot_size > doff + 4 ? slot_size - doff - 4 : 0u),
+				      &hintk);
 	const uint64_t thr = (uint64_t)n * stride;
 	if (thr >= (1ull << 32) - 8192)
 		return 1;
@@ -185,12 +187,15 @@ static int launch_small(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot
 	uint32_t hint = *(volatile uint32_t *)g->hint_h;
 	const uint8_t *sl = (const uint8_t *)slots;
 	void *a[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &hint, &g->d_pmax, &g->hint_d };
-	/* The longest payload known picks the register budget (kernels.cu). */
-	const bool tiny = hint && hint <= DFR_TINY_MAX;
+	/* The longest payload known picks the register budget, an 80-byte
+	 * slot (a tiny one, deframe.h) the instance that loads it whole
+	 * (kernels.cu). */
+	const bool tiny = hint && hint <= DFR_TINY_MAX, s80 = tiny && slot_size == PDMA_SLOT_TINY_MAX;
+	const void *k = s80 ? (const void *)dfr_tiny80_pass : tiny ? (const void *)dfr_tiny_pass
+								  : (const void *)dfr_small_pass;
 
-	g->topo = g->topo * 1000003u + (tiny ? 4u : 3u);
-	CK(g, cudaLaunchKernel(tiny ? (const void *)dfr_tiny_pass : (const void *)dfr_small_pass,
-			       dim3((n + 255) / 256), dim3(256), a, 0, s));
+	g->topo = g->topo * 1000003u + (s80 ? 5u : tiny ? 4u : 3u);
+	CK(g, cudaLaunchKernel(k, dim3((n + 255) / 256), dim3(256), a, 0, s));
 	return 0;
 }
 

@@ -13,8 +13,9 @@
  *        a work list; then dfr_copy_pass, one thread per 16-byte output window
  *        (2 per thread), launched as a programmatic dependent launch;
  *   v16  dfr_small_pass (dfr_tiny_pass for payloads of at most 64 bytes: the
- *        same code in 40 registers), v11's header pass whose warps then copy
- *        their own 32 payloads (warp_copy.cuh).
+ *        same code in 40 registers; dfr_tiny80_pass, the same loading whole
+ *        80-byte slots), v11's header pass whose warps then copy their own
+ *        32 payloads (warp_copy.cuh).
  * The host side (deframe.cu) picks and launches them.
  */
 #include "dfr.h"
@@ -315,7 +316,7 @@ __device__ static void copy_serial(uint8_t *d, const uint8_t *s, uint32_t len)
  * a frame ring (dfr_frm_hdr_pass: slots is the region, slot_size 0, frame i
  * described by frames[i]; the work list's source offset is then from the
  * region's start, so the copy pass runs unchanged with slot_size 0). */
-template <bool FR, bool SELF = false>
+template <bool FR, bool SELF = false, bool WIDE = false>
 __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
 						     const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n,
 						     struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint,
@@ -346,9 +347,10 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 		if (i < n)
 			fr = frames[i];
 	} else {
-		/* The prefix reads the slot's first 64 bytes (either layout). */
+		/* The prefix reads the slot's first 64 bytes (any layout), 80
+		 * where WIDE (a tiny slot's trailer is then among them). */
 		if (i < n && slot_size >= 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
-			pdma_dfr_prefix(slots + (size_t)i * slot_size, &pre);
+			pdma_dfr_prefix(slots + (size_t)i * slot_size, slot_size, WIDE, &pre);
 	}
 	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
 		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
@@ -430,6 +432,21 @@ __global__ void __launch_bounds__(256, DFR_TINY_MINB)
 {
 	const struct pdma_frm_cfg fc = {};
 	hdr_pass_body<false, true>(c, t, slots, slot_size, n, desc, nullptr, 0, hint, pmax, hhint, nullptr, fc);
+}
+
+/* dfr_tiny_pass for 80-byte slots: the prefix loads the whole slot, so a
+ * tiny slot's trailer (deframe.h: no tail copy) costs no second, dependent
+ * read. A separate instance because the fifth load and its registers cost
+ * 2-14% where the slot is larger (64-96-byte packets in packed slots,
+ * H200; cuda/DESIGN.md). */
+__global__ void __launch_bounds__(256, DFR_TINY_MINB)
+	dfr_tiny80_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
+			uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint32_t hint, uint32_t *pmax,
+			uint32_t *hhint)
+{
+	const struct pdma_frm_cfg fc = {};
+	hdr_pass_body<false, true, true>(c, t, slots, slot_size, n, desc, nullptr, 0, hint, pmax, hhint, nullptr,
+					 fc);
 }
 
 /* The header pass over a frame ring (region at base, frames[n]); then
