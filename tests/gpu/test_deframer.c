@@ -11,9 +11,11 @@
  * (64- and 284-byte packets in 304-byte slots; 64- and 92-byte ones in
  * 112-byte slots, whose payloads of at most 64 bytes run v16's tiny
  * instance, dfr_tiny_pass, once the longest payload is known) and one of
- * tiny slots (64- and 76-byte packets in 80-byte slots, the datagram at byte
- * 4, no tail copy: dfr_tiny_pass takes the trailer from the 80 bytes it
- * loads, the other passes read it). The rings hold malformed packets, failing
+ * tiny slots (64- and 72-byte packets in 80-byte slots, the datagram at byte
+ * 4, no tail copy: dfr_tiny80_pass takes the trailer from the 80 bytes it
+ * loads, the other passes read it; it stores the 32-byte payloads from each
+ * packet's own thread, the 44-byte ones with the warp copy). The rings hold
+ * malformed packets, failing
  * trailers among them (alone and beside a valid copy of the same packet),
  * and slots with and without the receive side's copy of the datagram's last
  * word (PDMA_SLOT_TAIL), which the fast path trusts (test_slot_tail shows it
@@ -43,7 +45,7 @@ struct ringref {
 	struct pdma_ring ring;
 	bool packed;
 	bool tiny; /* packed, payloads of 32 and 64 bytes */
-	bool t80;  /* tiny slots (80 bytes), payloads of 32 and 48 bytes */
+	bool t80;  /* tiny slots (80 bytes), payloads of 32 and 44 bytes */
 	uint32_t n;
 	uint32_t streams;
 	struct pdma_dfr cpu;
@@ -67,7 +69,8 @@ static struct fixture F;
  * then break a few packets in place so malformed handling is compared too.
  * R->packed: 64- and 284-byte packets in packed 304-byte slots; R->tiny: 64-
  * and 92-byte packets (32- and 64-byte payloads) in packed 112-byte slots;
- * R->t80: 64- and 76-byte packets (32 and 48) in 80-byte tiny slots.
+ * R->t80: 64- and 72-byte packets (32 and 44, no trailer) in 80-byte tiny
+ * slots.
  * mixed: the second generator's payloads (260 bytes, no trailer) are not a
  * multiple of 16, so groups with them take the 4-byte copy; aligned: 1024-
  * and 256-byte payloads only (16-byte copies). */
@@ -90,7 +93,7 @@ static void fill_ring(struct ringref *R, bool aligned)
 	b = a;
 	b.streams = 3;
 	b.stream_id_base = 0x2000;
-	b.packet_size = R->t80 ? 76 : R->tiny ? 92 : aligned ? 284 : 288;
+	b.packet_size = R->t80 ? 72 : R->tiny ? 92 : aligned ? 284 : 288;
 	b.trailer = false;
 	b.seed = aligned ? 9 : 5;
 	R->streams = 7;

@@ -15,7 +15,8 @@
  *   v16  dfr_small_pass (dfr_tiny_pass for payloads of at most 64 bytes: the
  *        same code in 40 registers; dfr_tiny80_pass, the same loading whole
  *        80-byte slots), v11's header pass whose warps then copy their own
- *        32 payloads (warp_copy.cuh).
+ *        32 payloads (warp_copy.cuh; in dfr_tiny80_pass, those that 16-byte
+ *        stores cannot take).
  * The host side (deframe.cu) picks and launches them.
  */
 #include "dfr.h"
@@ -302,6 +303,26 @@ __device__ static void copy_serial(uint8_t *d, const uint8_t *s, uint32_t len)
 	}
 }
 
+/* len (16, 32 or 48) bytes from s to o, both 16-byte aligned: every load,
+ * then every store. The loads are volatile so that they are made here: a
+ * compiler keeping the prefix's words in registers instead, across the
+ * header work, spilled at dfr_tiny80_pass's 40 registers and lost a third
+ * (cuda/DESIGN.md). */
+__device__ __forceinline__ static void store_own(uint8_t *o, const uint8_t *s, uint32_t len)
+{
+	uint4 v[3];
+#pragma unroll
+	for (uint32_t k = 0; k < 3; k++)
+		if (16u * k < len)
+			asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+				     : "=r"(v[k].x), "=r"(v[k].y), "=r"(v[k].z), "=r"(v[k].w)
+				     : "l"(s + 16u * k));
+#pragma unroll
+	for (uint32_t k = 0; k < 3; k++)
+		if (16u * k < len)
+			((uint4 *)o)[k] = v[k];
+}
+
 /* v11, pass 1: one thread per packet runs the header stage on the fast path
  * and writes its work-list entry {dst lo, dst hi, source offset in the slot,
  * length (0: nothing to copy)}. stride is the copy pass's windows per packet,
@@ -346,11 +367,15 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 	if constexpr (FR) {
 		if (i < n)
 			fr = frames[i];
+	} else if constexpr (WIDE) {
+		/* The whole 80-byte slot: the header and a tiny slot's
+		 * trailer. */
+		if (i < n && slot_size >= PDMA_SLOT_TINY_MAX && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
+			pdma_dfr_prefix(slots + (size_t)i * slot_size, slot_size, 1, &pre);
 	} else {
-		/* The prefix reads the slot's first 64 bytes (any layout), 80
-		 * where WIDE (a tiny slot's trailer is then among them). */
+		/* The prefix reads the slot's first 64 bytes (any layout). */
 		if (i < n && slot_size >= 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
-			pdma_dfr_prefix(slots + (size_t)i * slot_size, slot_size, WIDE, &pre);
+			pdma_dfr_prefix(slots + (size_t)i * slot_size, slot_size, 0, &pre);
 	}
 	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
 		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
@@ -382,7 +407,20 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 			wl[i] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), wlen ? off : 0, wlen);
 		}
 	}
-	if constexpr (SELF) {
+	if constexpr (SELF && WIDE) {
+		/* dfr_tiny80_pass: a payload of one to three 16-byte words,
+		 * aligned at both ends (a 64-byte packet's 32 bytes), is stored
+		 * by its own thread from the lines the prefix just brought in;
+		 * the warp copies the rest. */
+		const uint8_t *sp = slots + (size_t)(i < n ? i : 0) * slot_size + off;
+		uint8_t *o = t.out + dst;
+		const bool own = len && len <= 48u && !(((uintptr_t)o | (uintptr_t)sp | len) & 15);
+		if (own)
+			store_own(o, sp, len);
+		if (__any_sync(0xffffffffu, len && !own)) /* uniform: the copy is the warp's */
+			dfr_copy_group<DFR_SMALL_R, true>(slots + (size_t)(i < n ? i : 0) * slot_size, t.out, lane,
+							  off, own ? 0u : len, dst);
+	} else if constexpr (SELF) {
 		/* v16: the warp copies its 32 packets' payloads itself, as one
 		 * flattened list (every lane takes part; len 0 past n). */
 		dfr_copy_group<DFR_SMALL_R, true>(slots + (size_t)(i < n ? i : 0) * slot_size, t.out, lane, off, len, dst);
@@ -436,9 +474,11 @@ __global__ void __launch_bounds__(256, DFR_TINY_MINB)
 
 /* dfr_tiny_pass for 80-byte slots: the prefix loads the whole slot, so a
  * tiny slot's trailer (deframe.h: no tail copy) costs no second, dependent
- * read. A separate instance because the fifth load and its registers cost
- * 2-14% where the slot is larger (64-96-byte packets in packed slots,
- * H200; cuda/DESIGN.md). */
+ * read, and a payload aligned for 16-byte stores (a 64-byte packet's 32
+ * bytes) is stored by its own thread, not the warp copy (3-4% at 64 B). A
+ * separate instance because the fifth load and its registers cost 2-14%
+ * where the slot is larger (64-96-byte packets in packed slots, H200;
+ * cuda/DESIGN.md). */
 __global__ void __launch_bounds__(256, DFR_TINY_MINB)
 	dfr_tiny80_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
 			uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint32_t hint, uint32_t *pmax,
