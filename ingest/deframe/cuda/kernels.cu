@@ -108,7 +108,7 @@ __device__ __forceinline__ static uint32_t windows16(uintptr_t a, uint32_t len)
  * r.payload_off bytes from the packet's base (its slot, or the frame
  * region): off, len and dst say what to copy where. */
 __device__ __forceinline__ static int dfr_place(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
-						unsigned long long *s_keys, uint32_t *s_plen, uint32_t ncache, int st,
+						unsigned long long *s_keys, uint32_t *s_plen, unsigned long long *s_cls, uint32_t ncache, int st,
 						struct pdma_dfr_desc &d, const struct pdma_dfr_pkt &r, uint32_t src_base,
 						uint32_t &off, uint32_t &len, unsigned long long &dst, uint32_t *pmax,
 						uint32_t *hhint)
@@ -154,12 +154,19 @@ __device__ __forceinline__ static int dfr_place(const struct pdma_dfr_config &c,
 	/* The class ID check of pdma_dfr_class_ok_host(): the first data
 	 * packet's class claims the stream's slot. */
 	{
-		unsigned long long *cl = (unsigned long long *)&t.cls[idx];
-		unsigned long long k = *(volatile unsigned long long *)cl;
+		/* A claimed class never changes: the block's copy, once set,
+		 * spares the chain a round trip to L2. */
+		unsigned long long k = (uint32_t)idx < ncache ? s_cls[idx] : 0;
 		if (k == 0) {
-			k = atomicCAS(cl, 0ull, (unsigned long long)r.cls);
-			if (k == 0)
-				k = r.cls;
+			unsigned long long *cl = (unsigned long long *)&t.cls[idx];
+			k = *(volatile unsigned long long *)cl;
+			if (k == 0) {
+				k = atomicCAS(cl, 0ull, (unsigned long long)r.cls);
+				if (k == 0)
+					k = r.cls;
+			}
+			if ((uint32_t)idx < ncache)
+				s_cls[idx] = k;
 		}
 		if (k != r.cls)
 			return -PDMA_DFR_E_CLASS_CHANGE;
@@ -186,7 +193,7 @@ __device__ __forceinline__ static int dfr_place(const struct pdma_dfr_config &c,
  * parser scratch in shared memory (sv). */
 template <bool FAST>
 __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
-			       unsigned long long *s_keys, uint32_t *s_plen, uint32_t ncache, const uint8_t *slot,
+			       unsigned long long *s_keys, uint32_t *s_plen, unsigned long long *s_cls, uint32_t ncache, const uint8_t *slot,
 			       uint32_t slot_size, struct pdma_dfr_desc &d, uint32_t &off, uint32_t &len,
 			       unsigned long long &dst, struct vrt_scratch *sv, uint32_t *pmax, uint32_t *hhint,
 			       const struct pdma_dfr_pre *pp = nullptr)
@@ -208,7 +215,7 @@ __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdm
 		st = pdma_dfr_header_v(&c, slot, slot_size, &d, &r, &sv->v);
 		doff = pdma_slot_off(((const struct pdma_slot_hdr *)slot)->flags);
 	}
-	return dfr_place(c, t, s_keys, s_plen, ncache, st, d, r, doff, off, len, dst, pmax, hhint);
+	return dfr_place(c, t, s_keys, s_plen, s_cls, ncache, st, d, r, doff, off, len, dst, pmax, hhint);
 }
 
 /* The general datagram stage out of line (the frame lane's fallback). */
@@ -226,7 +233,7 @@ __device__ __noinline__ static struct dfr_hres dfr_dgram_slow(struct pdma_dfr_co
  * path out of line for what it declines, then dfr_place with the source at
  * the frame's offset in the region. */
 __device__ static int dfr_frame_lane(const struct pdma_dfr_config &c, const struct pdma_frm_cfg &fc,
-				     const struct pdma_dfr_tables &t, unsigned long long *s_keys, uint32_t *s_plen,
+				     const struct pdma_dfr_tables &t, unsigned long long *s_keys, uint32_t *s_plen, unsigned long long *s_cls,
 				     uint32_t ncache, const uint8_t *base, struct pdma_frame fr,
 				     struct pdma_dfr_desc &d, uint32_t &off, uint32_t &len, unsigned long long &dst,
 				     uint32_t *pmax, uint32_t *hhint)
@@ -244,7 +251,7 @@ __device__ static int dfr_frame_lane(const struct pdma_dfr_config &c, const stru
 		r = h.r;
 		st = h.st;
 	}
-	return dfr_place(c, t, s_keys, s_plen, ncache, st, d, r, fr.off + dg_off, off, len, dst, pmax, hhint);
+	return dfr_place(c, t, s_keys, s_plen, s_cls, ncache, st, d, r, fr.off + dg_off, off, len, dst, pmax, hhint);
 }
 
 /* v7s. A warp takes `group` (<= 32) packets at a time. Each lane runs the
@@ -258,6 +265,7 @@ __global__ void __launch_bounds__(256, DFR_ONEPASS_MINB)
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
+	__shared__ unsigned long long s_cls[DFR_CACHE];
 	__shared__ struct vrt_scratch s_v[256];
 	const uint32_t lane = threadIdx.x & 31;
 	const uint32_t warps = (gridDim.x * blockDim.x) >> 5;
@@ -266,6 +274,7 @@ __global__ void __launch_bounds__(256, DFR_ONEPASS_MINB)
 	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
 		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
 		s_plen[k] = *(volatile uint32_t *)&t.plen[k];
+		s_cls[k] = *(volatile unsigned long long *)&t.cls[k];
 	}
 	__syncthreads();
 
@@ -281,7 +290,7 @@ __global__ void __launch_bounds__(256, DFR_ONEPASS_MINB)
 		const uint8_t *myslot = slots + (size_t)(i < n ? i : 0) * slot_size;
 		if (lane < group && i < n) {
 			struct pdma_dfr_desc d;
-			int st = dfr_lane<false>(c, t, s_keys, s_plen, ncache, myslot, slot_size, d, off, len, dst,
+			int st = dfr_lane<false>(c, t, s_keys, s_plen, s_cls, ncache, myslot, slot_size, d, off, len, dst,
 						 &s_v[threadIdx.x], pmax, hhint);
 			d.status = (int8_t)st;
 			if (desc)
@@ -346,6 +355,7 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
+	__shared__ unsigned long long s_cls[DFR_CACHE];
 	__shared__ uint32_t s_red;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	/* The copy pass (launched with programmatic stream serialization) may
@@ -380,6 +390,7 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
 		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
 		s_plen[k] = *(volatile uint32_t *)&t.plen[k];
+		s_cls[k] = *(volatile unsigned long long *)&t.cls[k];
 	}
 	if (threadIdx.x == 0)
 		s_red = 0;
@@ -391,9 +402,9 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 		struct pdma_dfr_desc d;
 		int st;
 		if constexpr (FR)
-			st = dfr_frame_lane(c, fc, t, s_keys, s_plen, ncache, slots, fr, d, off, len, dst, pmax, hhint);
+			st = dfr_frame_lane(c, fc, t, s_keys, s_plen, s_cls, ncache, slots, fr, d, off, len, dst, pmax, hhint);
 		else
-			st = dfr_lane<true>(c, t, s_keys, s_plen, ncache, src, slot_size, d, off, len, dst, nullptr,
+			st = dfr_lane<true>(c, t, s_keys, s_plen, s_cls, ncache, src, slot_size, d, off, len, dst, nullptr,
 					    pmax, hhint, &pre);
 		d.status = (int8_t)st;
 		if (desc)
