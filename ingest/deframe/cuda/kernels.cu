@@ -108,7 +108,8 @@ __device__ __forceinline__ static uint32_t windows16(uintptr_t a, uint32_t len)
  * r.payload_off bytes from the packet's base (its slot, or the frame
  * region): off, len and dst say what to copy where. */
 __device__ __forceinline__ static int dfr_place(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
-						unsigned long long *s_keys, uint32_t *s_plen, unsigned long long *s_cls, uint32_t ncache, int st,
+						unsigned long long *s_keys, uint32_t *s_plen, unsigned long long *s_cls,
+						uint32_t ncache, int st,
 						struct pdma_dfr_desc &d, const struct pdma_dfr_pkt &r, uint32_t src_base,
 						uint32_t &off, uint32_t &len, unsigned long long &dst, uint32_t *pmax,
 						uint32_t *hhint)
@@ -193,7 +194,8 @@ __device__ __forceinline__ static int dfr_place(const struct pdma_dfr_config &c,
  * parser scratch in shared memory (sv). */
 template <bool FAST>
 __device__ static int dfr_lane(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
-			       unsigned long long *s_keys, uint32_t *s_plen, unsigned long long *s_cls, uint32_t ncache, const uint8_t *slot,
+			       unsigned long long *s_keys, uint32_t *s_plen, unsigned long long *s_cls, uint32_t ncache,
+			       const uint8_t *slot,
 			       uint32_t slot_size, struct pdma_dfr_desc &d, uint32_t &off, uint32_t &len,
 			       unsigned long long &dst, struct vrt_scratch *sv, uint32_t *pmax, uint32_t *hhint,
 			       const struct pdma_dfr_pre *pp = nullptr)
@@ -233,7 +235,8 @@ __device__ __noinline__ static struct dfr_hres dfr_dgram_slow(struct pdma_dfr_co
  * path out of line for what it declines, then dfr_place with the source at
  * the frame's offset in the region. */
 __device__ static int dfr_frame_lane(const struct pdma_dfr_config &c, const struct pdma_frm_cfg &fc,
-				     const struct pdma_dfr_tables &t, unsigned long long *s_keys, uint32_t *s_plen, unsigned long long *s_cls,
+				     const struct pdma_dfr_tables &t, unsigned long long *s_keys, uint32_t *s_plen,
+				     unsigned long long *s_cls,
 				     uint32_t ncache, const uint8_t *base, struct pdma_frame fr,
 				     struct pdma_dfr_desc &d, uint32_t &off, uint32_t &len, unsigned long long &dst,
 				     uint32_t *pmax, uint32_t *hhint)
@@ -251,7 +254,8 @@ __device__ static int dfr_frame_lane(const struct pdma_dfr_config &c, const stru
 		r = h.r;
 		st = h.st;
 	}
-	return dfr_place(c, t, s_keys, s_plen, s_cls, ncache, st, d, r, fr.off + dg_off, off, len, dst, pmax, hhint);
+	return dfr_place(c, t, s_keys, s_plen, s_cls, ncache, st, d, r, fr.off + dg_off, off, len, dst, pmax,
+			 hhint);
 }
 
 /* v7s. A warp takes `group` (<= 32) packets at a time. Each lane runs the
@@ -290,8 +294,8 @@ __global__ void __launch_bounds__(256, DFR_ONEPASS_MINB)
 		const uint8_t *myslot = slots + (size_t)(i < n ? i : 0) * slot_size;
 		if (lane < group && i < n) {
 			struct pdma_dfr_desc d;
-			int st = dfr_lane<false>(c, t, s_keys, s_plen, s_cls, ncache, myslot, slot_size, d, off, len, dst,
-						 &s_v[threadIdx.x], pmax, hhint);
+			int st = dfr_lane<false>(c, t, s_keys, s_plen, s_cls, ncache, myslot, slot_size, d, off, len,
+						 dst, &s_v[threadIdx.x], pmax, hhint);
 			d.status = (int8_t)st;
 			if (desc)
 				desc[i] = d;
@@ -402,10 +406,11 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 		struct pdma_dfr_desc d;
 		int st;
 		if constexpr (FR)
-			st = dfr_frame_lane(c, fc, t, s_keys, s_plen, s_cls, ncache, slots, fr, d, off, len, dst, pmax, hhint);
+			st = dfr_frame_lane(c, fc, t, s_keys, s_plen, s_cls, ncache, slots, fr, d, off, len, dst, pmax,
+					    hhint);
 		else
-			st = dfr_lane<true>(c, t, s_keys, s_plen, s_cls, ncache, src, slot_size, d, off, len, dst, nullptr,
-					    pmax, hhint, &pre);
+			st = dfr_lane<true>(c, t, s_keys, s_plen, s_cls, ncache, src, slot_size, d, off, len, dst,
+					    nullptr, pmax, hhint, &pre);
 		d.status = (int8_t)st;
 		if (desc)
 			desc[i] = d;
