@@ -448,7 +448,7 @@ static void test_graph_host_staged_aligned(void **state)
  * a kernel, the variants measured and removed among them, are refused. */
 static void test_kernels(void **state)
 {
-	static const char *names[] = { "v7s", "v11", "v16", "auto" };
+	static const char *names[] = { "v7s", "v11", "v16", "auto", "v17", "v17u4", "v17b5", "v17u4b3" };
 	(void)state;
 	char was[16];
 	snprintf(was, sizeof(was), "%s", F.ops.kernel_name(F.g));
