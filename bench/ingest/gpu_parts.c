@@ -293,8 +293,7 @@ void part_x(struct ctx *x)
 {
 	static const uint32_t def[] = { 1024, 1500, 8192 };
 	static const char *items[] = { "d2d",  "copy", "simple", "skel1", "skel4", "v7s",
-				       "v11",  "v16",  "auto",   "hdr",   "cpass", "touch", "touchp",
-				       "v17",  "v17u4", "v17b5", "v17u4b3" };
+				       "v11",  "v16",  "auto",   "hdr",   "cpass", "touch", "touchp" };
 	const size_t nitems = sizeof(items) / sizeof(items[0]);
 	uint32_t sizes[8];
 	size_t nsizes = size_list(x, def, sizeof(def) / sizeof(def[0]), sizes);

@@ -328,14 +328,18 @@ struct pdma_dfr_pre {
 	uint32_t tsi, fhi, flo;    /* VRT words 4-6 */
 };
 
-#if defined(__CUDACC__)
-/* pdma_dfr_prefix from the slot's first five 16-byte words, already loaded
- * (f only when w: the wide load of an 80-byte slot). Separate so that a
- * kernel can issue the loads of its next slot long before it parses them
- * (dfr_fused_pass, kernels.cu). */
-static __device__ __forceinline__ void pdma_dfr_prefix_w(uint4 a, uint4 q, uint4 b, uint4 e, uint4 f, bool w,
-							 struct pdma_dfr_pre *p)
+/* Fill *p from a slot of at least 64 bytes (16-byte aligned on the GPU).
+ * On the GPU, wide (a constant after inlining) with slot_size >= 80 loads the
+ * slot's first 80 bytes: a tiny slot's trailer is then taken from them. */
+PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, uint32_t slot_size, int wide, struct pdma_dfr_pre *p)
 {
+#if defined(__CUDA_ARCH__)
+	/* Every 16-byte word, independent of the layout (one round trip:
+	 * the layout is known only from the first), then a select per field. */
+	const uint4 a = ((const uint4 *)slot)[0], q = ((const uint4 *)slot)[1];
+	const uint4 b = ((const uint4 *)slot)[2], e = ((const uint4 *)slot)[3];
+	const bool w = wide && slot_size >= PDMA_SLOT_TINY_MAX;
+	const uint4 f = w ? ((const uint4 *)slot)[4] : make_uint4(0, 0, 0, 0);
 	const uint32_t fl = a.x >> 16;
 	const bool tn = fl & PDMA_SLOT_TINY, pk = !tn && (fl & PDMA_SLOT_PACKED);
 	p->len = a.x & 0xffffu;
@@ -366,23 +370,6 @@ static __device__ __forceinline__ void pdma_dfr_prefix_w(uint4 a, uint4 q, uint4
 			p->flags = fl | PDMA_SLOT_TAIL;
 		}
 	}
-}
-#endif
-
-/* Fill *p from a slot of at least 64 bytes (16-byte aligned on the GPU).
- * On the GPU, wide (a constant after inlining) with slot_size >= 80 loads the
- * slot's first 80 bytes: a tiny slot's trailer is then taken from them. */
-PDMA_DFR_FN void pdma_dfr_prefix(const uint8_t *slot, uint32_t slot_size, int wide, struct pdma_dfr_pre *p)
-{
-#if defined(__CUDA_ARCH__)
-	/* Every 16-byte word, independent of the layout (one round trip:
-	 * the layout is known only from the first), then a select per field. */
-	const uint4 a = ((const uint4 *)slot)[0], q = ((const uint4 *)slot)[1];
-	const uint4 b = ((const uint4 *)slot)[2], e = ((const uint4 *)slot)[3];
-	const bool w = wide && slot_size >= PDMA_SLOT_TINY_MAX;
-	const uint4 f = w ? ((const uint4 *)slot)[4] : make_uint4(0, 0, 0, 0);
-
-	pdma_dfr_prefix_w(a, q, b, e, f, w, p);
 #else
 	const struct pdma_slot_hdr *sh = (const struct pdma_slot_hdr *)slot;
 	const uint8_t *b;

@@ -28,14 +28,10 @@
 #include "dfr.h"
 
 static const struct kvar KV[] = {
-	{ "auto", true, true, false, 0 },
-	{ "v11", true, false, false, 0 },
-	{ "v7s", false, false, false, 0 },
-	{ "v16", true, false, true, 0 },
-	{ "v17", true, false, false, 1 },
-	{ "v17u4", true, false, false, 2 },
-	{ "v17b5", true, false, false, 3 },
-	{ "v17u4b3", true, false, false, 4 },
+	{ "auto", true, true, false },
+	{ "v11", true, false, false },
+	{ "v7s", false, false, false },
+	{ "v16", true, false, true },
 };
 #define NKV (sizeof(KV) / sizeof(KV[0]))
 #define KV_DEFAULT (&KV[0])
@@ -49,7 +45,7 @@ static const struct kvar KV[] = {
  * them): PEERDMA_DFR_KERNEL naming one is an error that says so. */
 static const char *const REMOVED[] = { "v5",  "v5cs", "v5b4", "v5na", "v6",  "v6b4", "v7",  "v7b4", "v7f",
 				       "tma", "v6tma", "v8tp", "v9",   "v9u8", "v10", "v11b3", "v12", "v13",
-				       "v14" };
+				       "v14", "v17", "v17u4", "v17b5", "v17u4b3" };
 
 /* auto: the shortest payload (bytes) for which the two-pass v11 runs: any,
  * once one is known; v11 is ahead of v7s at every packet size from 64 bytes
@@ -184,27 +180,6 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	return launch_copy(g, s, sl, slot_size, n, stride, wl);
 }
 
-/* v17 (experiment): v11's passes fused, a persistent grid (kernels.cu). */
-static int launch_fused(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
-			struct pdma_dfr_desc *d_desc, cudaStream_t s, int which)
-{
-	static const void *const K[] = { (const void *)dfr_fused_u2b4, (const void *)dfr_fused_u4b4,
-					 (const void *)dfr_fused_u2b5, (const void *)dfr_fused_u4b3 };
-	static const uint32_t MINB[] = { 4, 4, 5, 3 };
-	uint32_t hintk;
-	const uint32_t doff = slot_size <= PDMA_SLOT_TINY_MAX ? PDMA_SLOT_HDR_TINY : PDMA_SLOT_HDR_PACKED;
-	uint32_t stride = copy_stride(g, std::min(g->c.max_payload, slot_size > doff + 4 ? slot_size - doff - 4 : 0u),
-				      &hintk);
-	if ((uint64_t)256 * stride >= (1ull << 32))
-		return 1;
-	const uint8_t *sl = (const uint8_t *)slots;
-	const uint32_t tiles = (n + 255) / 256, full = (uint32_t)g->sms * MINB[which - 1];
-	void *a[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &stride, &hintk, &g->d_pmax, &g->hint_d };
-	g->topo = g->topo * 1000003u + 10u + (uint32_t)which;
-	CK(g, cudaLaunchKernel(K[which - 1], dim3(std::min(tiles, full)), dim3(256), a, 0, s));
-	return 0;
-}
-
 /* v16: one launch of the header pass whose warps copy their own payloads. */
 static int launch_small(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
 			struct pdma_dfr_desc *d_desc, cudaStream_t s)
@@ -239,11 +214,6 @@ int dfr_launch(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, ui
 	}
 	const struct kvar *kv = g->kv;
 	const uint32_t longest = *(volatile uint32_t *)g->hint_h;
-	if (kv->fused) {
-		int r = launch_fused(g, slots, slot_size, n, d_desc, s, kv->fused);
-		if (r <= 0)
-			return r;
-	}
 	if (kv->small || (kv->autosel && longest && longest <= g->small_max))
 		return launch_small(g, slots, slot_size, n, d_desc, s);
 	/* auto: the one-pass kernel while no payload length is known. */

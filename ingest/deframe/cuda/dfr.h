@@ -49,14 +49,6 @@ __global__ void dfr_tiny80_pass(struct pdma_dfr_config c, struct pdma_dfr_tables
 				uint32_t *pmax, uint32_t *hhint);
 __global__ void dfr_copy_pass(const uint8_t *slots, uint32_t slot_size, uint32_t n, uint32_t stride,
 			      uint8_t *out, const uint4 *wl);
-#define FUSED_DECL(name)                                                                                          \
-	__global__ void name(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,               \
-			     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint32_t stride,            \
-			     uint32_t hint, uint32_t *pmax, uint32_t *hhint);
-FUSED_DECL(dfr_fused_u2b4)
-FUSED_DECL(dfr_fused_u4b4)
-FUSED_DECL(dfr_fused_u2b5)
-FUSED_DECL(dfr_fused_u4b3)
 
 /* ---- the handle ---- */
 
@@ -67,7 +59,6 @@ struct kvar {
 	bool tp;
 	bool autosel;
 	bool small;  /* v16 (launched from the stream path like v11, so graphs capture it) */
-	int fused;   /* v17 (experiment): which instance, 0 none */
 };
 
 struct gent;

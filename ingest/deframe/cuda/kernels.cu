@@ -538,20 +538,27 @@ struct win {
 	bool w4;
 };
 
-/* U 16-byte output windows of a thread: unit base + 256 q (q < U, units
- * below total) is window (unit % stride) of work-list entry unit / stride,
- * whose packet's slot is p0 + that entry's index. The U entries are loaded
- * first (from shared memory with SH), then every payload load (one aligned
- * 16-byte load, two funnel-shifted when the source is not 16-byte aligned; a
- * block is loaded only when it holds a byte the window stores), then every
- * store (one aligned 16-byte store for a full window, 4-byte or byte stores
- * for the partial first and last windows). The source address is the
- * packet's slot (index * slot size) plus the work list's payload offset. */
-template <int U, bool SH>
-__device__ __forceinline__ static void copy_units(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t p0,
-						  uint32_t stride, uint8_t *out, const uint4 *__restrict__ wl,
-						  uint32_t base, uint32_t total)
+/* v11, pass 2: unit k of the grid is window k % stride of packet k / stride
+ * (stride from the host: see dfr_hdr_pass); block b owns units
+ * [b * 256 * U, (b + 1) * 256 * U), thread t units t, t + 256, ... (coalesced
+ * like a copy kernel), consecutive threads copying consecutive 16-byte
+ * windows of the output. Per thread: the U work-list entries are loaded
+ * first, then every payload load (one aligned 16-byte load, two funnel-shifted
+ * when the source is not 16-byte aligned; a block is loaded only when it
+ * holds a byte the window stores), then every store (one aligned 16-byte
+ * store for a full window, 4-byte or byte stores for the partial first and
+ * last windows). The source address is the packet's slot (index * slot size)
+ * plus the work list's payload offset. U 2 at 6 blocks per SM: DESIGN.md. */
+__global__ void __launch_bounds__(256, DFR_COPY_MINB)
+	dfr_copy_pass(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
+		      uint8_t *out, const uint4 *__restrict__ wl)
 {
+	constexpr int U = DFR_COPY_U;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+	const uint32_t total = n * stride; /* < 2^32: checked on the host */
+	const uint32_t base = blockIdx.x * (256u * U) + threadIdx.x;
 	uint4 e[U];
 	uint32_t p[U], u[U];
 #pragma unroll
@@ -559,7 +566,7 @@ __device__ __forceinline__ static void copy_units(const uint8_t *__restrict__ sl
 		const uint32_t k = base + 256u * q;
 		p[q] = k / stride;
 		u[q] = k - p[q] * stride;
-		e[q] = k < total ? (SH ? wl[p[q]] : __ldg(&wl[p[q]])) : make_uint4(0, 0, 0, 0);
+		e[q] = k < total ? __ldg(&wl[p[q]]) : make_uint4(0, 0, 0, 0);
 	}
 	uint4 l0[U], l1[U];
 	uintptr_t aw[U];
@@ -568,7 +575,7 @@ __device__ __forceinline__ static void copy_units(const uint8_t *__restrict__ sl
 	for (int q = 0; q < U; q++) {
 		const uint32_t len = e[q].w;
 		const uintptr_t a = (uintptr_t)(out + (((unsigned long long)e[q].y << 32) | e[q].x));
-		const uintptr_t s = (uintptr_t)(slots + (size_t)(p0 + p[q]) * slot_size + e[q].z);
+		const uintptr_t s = (uintptr_t)(slots + (size_t)p[q] * slot_size + e[q].z);
 		const uint32_t nw = windows16(a, len);
 		l0[q] = make_uint4(0, 0, 0, 0);
 		l1[q] = l0[q];
@@ -610,130 +617,3 @@ __device__ __forceinline__ static void copy_units(const uint8_t *__restrict__ sl
 		}
 	}
 }
-
-/* v11, pass 2: unit k of the grid is window k % stride of packet k / stride
- * (stride from the host: see dfr_hdr_pass); block b owns units
- * [b * 256 * U, (b + 1) * 256 * U), thread t units t, t + 256, ... (coalesced
- * like a copy kernel), consecutive threads copying consecutive 16-byte
- * windows of the output (copy_units). U 2 at 6 blocks per SM: DESIGN.md. */
-__global__ void __launch_bounds__(256, DFR_COPY_MINB)
-	dfr_copy_pass(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
-		      uint8_t *out, const uint4 *__restrict__ wl)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-	copy_units<DFR_COPY_U, false>(slots, slot_size, 0, stride, out, wl, blockIdx.x * (256u * DFR_COPY_U) + threadIdx.x,
-				      n * stride /* < 2^32: checked on the host */);
-}
-
-/* v17 (experiment): v11's two passes in one persistent kernel, a tile of
- * 256 packets at a time per block, so that the header pass's scattered
- * reads overlap the copy instead of preceding it. Per tile: each thread
- * runs the header stage of its packet from the prefix it loaded one tile
- * earlier, writes its work entry to shared memory, issues the loads of its
- * next tile's prefix, and the block then copies the tile's payloads as the
- * copy pass does (one thread per 16-byte output window); the other blocks
- * on the SM cover its header stage's chain. No work list in DRAM, one
- * launch. */
-/* cp.async of slot i's first 64 bytes to dst (shared memory), if i < n. */
-__device__ __forceinline__ static void prefetch_prefix(uint4 *dst, const uint8_t *slots, uint32_t slot_size,
-						       uint32_t n, uint32_t i, bool pok)
-{
-	if (!pok || i >= n)
-		return;
-	const uint8_t *sp = slots + (size_t)i * slot_size;
-	const uint32_t sa = (uint32_t)__cvta_generic_to_shared(dst);
-#pragma unroll
-	for (int k = 0; k < 4; k++)
-		asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa + 16 * k), "l"(sp + 16 * k) : "memory");
-	asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-template <int U>
-__device__ __forceinline__ static void fused_body(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
-						  const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n,
-						  struct pdma_dfr_desc *desc, uint32_t stride, uint32_t hint,
-						  uint32_t *pmax, uint32_t *hhint)
-{
-	__shared__ unsigned long long s_keys[DFR_CACHE];
-	__shared__ uint32_t s_plen[DFR_CACHE];
-	__shared__ unsigned long long s_cls[DFR_CACHE];
-	__shared__ uint4 s_wl[256];
-	__shared__ uint4 s_pre[256][4];
-	__shared__ uint32_t s_red;
-	const uint32_t lane = threadIdx.x & 31;
-	const uint32_t ncache = c.max_streams < DFR_CACHE ? c.max_streams : DFR_CACHE;
-	/* As the header pass: a prefix where every slot is 16-byte aligned. */
-	const bool pok = slot_size >= 64u && !((uintptr_t)slots & 15) && !(slot_size & 15);
-	const uint32_t ntiles = (n + 255) / 256;
-	uint32_t tile = blockIdx.x;
-	/* This thread's next prefix, loaded by cp.async into shared memory so
-	 * that no register holds it across the copy (holding it in 16
-	 * registers spilled at every launch bound tried). */
-	prefetch_prefix(&s_pre[threadIdx.x][0], slots, slot_size, n, tile * 256 + threadIdx.x, pok);
-	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
-		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
-		s_plen[k] = *(volatile uint32_t *)&t.plen[k];
-		s_cls[k] = *(volatile unsigned long long *)&t.cls[k];
-	}
-	if (threadIdx.x == 0)
-		s_red = 0;
-	__syncthreads();
-	uint32_t seen = 0; /* the longest payload above the hint this thread saw */
-	for (; tile < ntiles; tile += gridDim.x) {
-		const uint32_t p0 = tile * 256, i = p0 + threadIdx.x;
-		uint32_t off = 0, len = 0, wlen = 0;
-		unsigned long long dst = 0;
-		if (i < n) {
-			const uint8_t *src = slots + (size_t)i * slot_size;
-			struct pdma_dfr_pre pre;
-			pre.len = 0;
-			asm volatile("cp.async.wait_all;" ::: "memory");
-			if (pok)
-				pdma_dfr_prefix_w(s_pre[threadIdx.x][0], s_pre[threadIdx.x][1], s_pre[threadIdx.x][2],
-						  s_pre[threadIdx.x][3], make_uint4(0, 0, 0, 0), false, &pre);
-			struct pdma_dfr_desc d;
-			int st = dfr_lane<true>(c, t, s_keys, s_plen, s_cls, ncache, src, slot_size, d, off, len, dst,
-						nullptr, pmax, hhint, &pre);
-			d.status = (int8_t)st;
-			if (desc)
-				desc[i] = d;
-			wlen = len;
-			if (len && windows16((uintptr_t)(t.out + dst), len) > stride) {
-				copy_serial(t.out + dst, src + off, len);
-				wlen = 0;
-			}
-			seen = len > hint && len > seen ? len : seen;
-		}
-		s_wl[threadIdx.x] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), wlen ? off : 0, wlen);
-		/* the next tile's prefix, in flight during this tile's copy */
-		prefetch_prefix(&s_pre[threadIdx.x][0], slots, slot_size, n, i + gridDim.x * 256, pok);
-		__syncthreads();
-		const uint32_t m = n - p0 < 256u ? n - p0 : 256u, total = m * stride;
-		for (uint32_t base = threadIdx.x; base < total; base += 256u * U)
-			copy_units<U, true>(slots, slot_size, p0, stride, t.out, s_wl, base, total);
-		__syncthreads();
-	}
-	const uint32_t nw = __reduce_max_sync(0xffffffffu, seen);
-	if (lane == 0 && nw)
-		atomicMax(&s_red, nw);
-	__syncthreads();
-	if (threadIdx.x == 0 && s_red) {
-		const uint32_t old = atomicMax(pmax, s_red);
-		*(volatile uint32_t *)hhint = old > s_red ? old : s_red;
-	}
-}
-
-#define FUSED_KERNEL(name, U, MINB)                                                                                  \
-	__global__ void __launch_bounds__(256, MINB)                                                                 \
-		name(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,          \
-		     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint32_t stride, uint32_t hint,     \
-		     uint32_t *pmax, uint32_t *hhint)                                                                \
-	{                                                                                                            \
-		fused_body<U>(c, t, slots, slot_size, n, desc, stride, hint, pmax, hhint);                           \
-	}
-FUSED_KERNEL(dfr_fused_u2b4, 2, 4)
-FUSED_KERNEL(dfr_fused_u4b4, 4, 4)
-FUSED_KERNEL(dfr_fused_u2b5, 2, 5)
-FUSED_KERNEL(dfr_fused_u4b3, 4, 3)
