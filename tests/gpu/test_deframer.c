@@ -491,7 +491,7 @@ static void test_env_kernel(void **state)
 	static const struct {
 		const char *name;
 		int ret;
-	} cases[] = { { "v9", -EINVAL },  { "tma", -EINVAL }, { "v17", -EINVAL },
+	} cases[] = { { "v9", -EINVAL }, { "tma", -EINVAL }, { "v17", -EINVAL },
 		      { "nonesuch", -EINVAL }, { "v7s", 0 }, { "v11", 0 } };
 	const char *env = getenv("PEERDMA_DFR_KERNEL");
 	char *saved = env ? strdup(env) : NULL;
