@@ -99,32 +99,6 @@ __global__ void __launch_bounds__(256) hdr_touch(const uint8_t *__restrict__ slo
 	sink[i] = x;
 }
 
-/* EXPERIMENT: TOUCHP with NP slots a thread (i0 + k * span), every load first. */
-template <int NP>
-__global__ void __launch_bounds__(256) hdr_touch_np(const uint8_t *__restrict__ slots, uint32_t slot_size,
-						    uint32_t n, uint32_t *sink)
-{
-	const uint32_t i0 = blockIdx.x * 256 + threadIdx.x, span = gridDim.x * 256;
-	uint4 a[NP], b[NP], e[NP];
-#pragma unroll
-	for (int k = 0; k < NP; k++) {
-		const uint32_t i = i0 + k * span;
-		a[k] = b[k] = e[k] = make_uint4(0, 0, 0, 0);
-		if (i < n) {
-			const uint4 *q = (const uint4 *)(slots + (size_t)i * slot_size);
-			a[k] = q[0];
-			b[k] = q[2];
-			e[k] = q[3];
-		}
-	}
-#pragma unroll
-	for (int k = 0; k < NP; k++) {
-		const uint32_t i = i0 + k * span;
-		if (i < n)
-			sink[i] = a[k].x ^ b[k].y ^ b[k].z ^ b[k].w ^ e[k].x ^ e[k].y ^ e[k].z ^ e[k].w;
-	}
-}
-
 /* Median of iters timings (CUDA events on s[0]) of body(), after the
  * warm-ups; pre() runs before each start event (not timed). */
 template <typename P, typename F>
@@ -271,17 +245,7 @@ static int touch(struct pdma_gpu_dfr *g, int kind, const void *dev_slots, uint32
 	const uint32_t blocks = (n + 255) / 256;
 	CK(g, cudaMalloc(&sink, (size_t)n * sizeof(uint32_t)));
 	int ret = timed(g, iters, nothing, [&]() {
-		const char *xe = getenv("PEERDMA_TOUCH_NP");
-		const int np = xe ? atoi(xe) : 1;
-		if (kind == PDMA_GPU_COPY_TOUCHP && np == 2)
-			hdr_touch_np<2><<<(n + 511) / 512, 256, 0, g->s[0]>>>((const uint8_t *)dev_slots, slot_size, n, sink);
-		else if (kind == PDMA_GPU_COPY_TOUCHP && np == 4)
-			hdr_touch_np<4><<<(n + 1023) / 1024, 256, 0, g->s[0]>>>((const uint8_t *)dev_slots, slot_size, n,
-									    sink);
-		else if (kind == PDMA_GPU_COPY_TOUCHP && np == 8)
-			hdr_touch_np<8><<<(n + 2047) / 2048, 256, 0, g->s[0]>>>((const uint8_t *)dev_slots, slot_size, n,
-									    sink);
-		else if (kind == PDMA_GPU_COPY_TOUCH)
+		if (kind == PDMA_GPU_COPY_TOUCH)
 			hdr_touch<true><<<blocks, 256, 0, g->s[0]>>>((const uint8_t *)dev_slots, slot_size, n, sink);
 		else
 			hdr_touch<false><<<blocks, 256, 0, g->s[0]>>>((const uint8_t *)dev_slots, slot_size, n, sink);

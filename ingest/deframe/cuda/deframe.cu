@@ -173,23 +173,7 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	uint4 *wl = g->tpwl[si];
 	if (parts & DFR_PASS_HDR) {
 		void *ha[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &wl, &stride, &hintk, &g->d_pmax, &g->hint_d };
-		/* EXPERIMENT: PEERDMA_DFR_HDR picks the header pass's instance. */
-		const char *xe = getenv("PEERDMA_DFR_HDR");
-		const void *hk = (const void *)dfr_hdr_pass;
-		uint32_t np = 1;
-		if (xe && !strcmp(xe, "b6"))
-			hk = (const void *)dfr_hdr_x_b6;
-		else if (xe && !strcmp(xe, "b8"))
-			hk = (const void *)dfr_hdr_x_b8;
-		else if (xe && !strcmp(xe, "p2"))
-			hk = (const void *)dfr_hdr_x_p2, np = 2;
-		else if (xe && !strcmp(xe, "p2b5"))
-			hk = (const void *)dfr_hdr_x_p2b5, np = 2;
-		else if (xe && !strcmp(xe, "p4"))
-			hk = (const void *)dfr_hdr_x_p4, np = 4;
-		else if (xe && !strcmp(xe, "p4b3"))
-			hk = (const void *)dfr_hdr_x_p4b3, np = 4;
-		CK(g, cudaLaunchKernel(hk, dim3((n + 256 * np - 1) / (256 * np)), dim3(256), ha, 0, s));
+		CK(g, cudaLaunchKernel((const void *)dfr_hdr_pass, dim3((n + 255) / 256), dim3(256), ha, 0, s));
 	}
 	if (!(parts & DFR_PASS_COPY))
 		return 0;

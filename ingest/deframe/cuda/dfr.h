@@ -34,17 +34,6 @@ __global__ void dfr_onepass(struct pdma_dfr_config c, struct pdma_dfr_tables t, 
 __global__ void dfr_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,
 			     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl,
 			     uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint);
-/* EXPERIMENT */
-#define DFR_HDR_XD(name)                                                                                        \
-	__global__ void name(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,        \
-			     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl,           \
-			     uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint);
-DFR_HDR_XD(dfr_hdr_x_b6)
-DFR_HDR_XD(dfr_hdr_x_b8)
-DFR_HDR_XD(dfr_hdr_x_p2)
-DFR_HDR_XD(dfr_hdr_x_p2b5)
-DFR_HDR_XD(dfr_hdr_x_p4)
-DFR_HDR_XD(dfr_hdr_x_p4b3)
 __global__ void dfr_frm_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, struct pdma_frm_cfg fc,
 				 const uint8_t *base, const struct pdma_frame *frames, uint32_t n,
 				 struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint, uint32_t *pmax,

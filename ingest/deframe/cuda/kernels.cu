@@ -350,7 +350,7 @@ __device__ __forceinline__ static void store_own(uint8_t *o, const uint8_t *s, u
  * a frame ring (dfr_frm_hdr_pass: slots is the region, slot_size 0, frame i
  * described by frames[i]; the work list's source offset is then from the
  * region's start, so the copy pass runs unchanged with slot_size 0). */
-template <bool FR, bool SELF = false, bool WIDE = false, int NP = 1>
+template <bool FR, bool SELF = false, bool WIDE = false>
 __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_config &c, const struct pdma_dfr_tables &t,
 						     const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n,
 						     struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint,
@@ -369,34 +369,27 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 #endif
 	const uint32_t lane = threadIdx.x & 31;
 	const uint32_t ncache = c.max_streams < DFR_CACHE ? c.max_streams : DFR_CACHE;
-	/* NP packets a thread, i0 + k * span: every prefix is loaded before
-	 * any header is worked on, so NP scattered reads are in flight. */
-	const uint32_t i0 = blockIdx.x * blockDim.x + threadIdx.x, span = gridDim.x * blockDim.x;
+	const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
 	/* The slot's prefix (a frame's descriptor) is loaded before the stream
 	 * table, so the two round trips overlap. pre is always a valid object,
 	 * never a pointer chosen at run time (that kept it in local memory: a
 	 * store and a reload per field on the critical path); len 0, where
 	 * there is no prefix, makes the fast path decline. */
-	struct pdma_dfr_pre pre[NP];
-	struct pdma_frame fr[NP] = {};
-#pragma unroll
-	for (int k = 0; k < NP; k++) {
-		const uint32_t i = i0 + (uint32_t)k * span;
-		pre[k].len = 0;
-		if constexpr (FR) {
-			if (i < n)
-				fr[k] = frames[i];
-		} else if constexpr (WIDE) {
-			/* The whole 80-byte slot: the header and a tiny slot's
-			 * trailer. */
-			if (i < n && slot_size >= PDMA_SLOT_TINY_MAX &&
-			    !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
-				pdma_dfr_prefix(slots + (size_t)i * slot_size, slot_size, 1, &pre[k]);
-		} else {
-			/* The prefix reads the slot's first 64 bytes (any layout). */
-			if (i < n && slot_size >= 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
-				pdma_dfr_prefix(slots + (size_t)i * slot_size, slot_size, 0, &pre[k]);
-		}
+	struct pdma_dfr_pre pre;
+	struct pdma_frame fr = {};
+	pre.len = 0;
+	if constexpr (FR) {
+		if (i < n)
+			fr = frames[i];
+	} else if constexpr (WIDE) {
+		/* The whole 80-byte slot: the header and a tiny slot's
+		 * trailer. */
+		if (i < n && slot_size >= PDMA_SLOT_TINY_MAX && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
+			pdma_dfr_prefix(slots + (size_t)i * slot_size, slot_size, 1, &pre);
+	} else {
+		/* The prefix reads the slot's first 64 bytes (any layout). */
+		if (i < n && slot_size >= 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
+			pdma_dfr_prefix(slots + (size_t)i * slot_size, slot_size, 0, &pre);
 	}
 	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
 		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
@@ -406,57 +399,49 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 	if (threadIdx.x == 0)
 		s_red = 0;
 	__syncthreads();
-	uint32_t lmax = 0; /* the longest payload over the hint, this thread's */
-#pragma unroll
-	for (int k = 0; k < NP; k++) {
-		const uint32_t i = i0 + (uint32_t)k * span;
-		uint32_t off = 0, len = 0;
-		unsigned long long dst = 0;
-		if (i < n) {
-			const uint8_t *src = FR ? slots : slots + (size_t)i * slot_size;
-			struct pdma_dfr_desc d;
-			int st;
-			if constexpr (FR)
-				st = dfr_frame_lane(c, fc, t, s_keys, s_plen, s_cls, ncache, slots, fr[k], d, off, len,
-						    dst, pmax, hhint);
-			else
-				st = dfr_lane<true>(c, t, s_keys, s_plen, s_cls, ncache, src, slot_size, d, off, len,
-						    dst, nullptr, pmax, hhint, &pre[k]);
-			d.status = (int8_t)st;
-			if (desc)
-				desc[i] = d;
-			if constexpr (!SELF) {
-				uint32_t wlen = len;
-				if (len && windows16((uintptr_t)(t.out + dst), len) > stride) {
-					copy_serial(t.out + dst, src + off, len);
-					wlen = 0;
-				}
-				wl[i] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), wlen ? off : 0, wlen);
+	uint32_t off = 0, len = 0;
+	unsigned long long dst = 0;
+	if (i < n) {
+		const uint8_t *src = FR ? slots : slots + (size_t)i * slot_size;
+		struct pdma_dfr_desc d;
+		int st;
+		if constexpr (FR)
+			st = dfr_frame_lane(c, fc, t, s_keys, s_plen, s_cls, ncache, slots, fr, d, off, len, dst, pmax,
+					    hhint);
+		else
+			st = dfr_lane<true>(c, t, s_keys, s_plen, s_cls, ncache, src, slot_size, d, off, len, dst,
+					    nullptr, pmax, hhint, &pre);
+		d.status = (int8_t)st;
+		if (desc)
+			desc[i] = d;
+		if constexpr (!SELF) {
+			uint32_t wlen = len;
+			if (len && windows16((uintptr_t)(t.out + dst), len) > stride) {
+				copy_serial(t.out + dst, src + off, len);
+				wlen = 0;
 			}
+			wl[i] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), wlen ? off : 0, wlen);
 		}
-		if constexpr (SELF && WIDE) {
-			/* dfr_tiny80_pass: a payload of one to three 16-byte
-			 * words, aligned at both ends (a 64-byte packet's 32
-			 * bytes), is stored by its own thread from the lines
-			 * the prefix just brought in; the warp copies the rest. */
-			const uint8_t *sp = slots + (size_t)(i < n ? i : 0) * slot_size + off;
-			uint8_t *o = t.out + dst;
-			const bool own = len && len <= 48u && !(((uintptr_t)o | (uintptr_t)sp | len) & 15);
-			if (own)
-				store_own(o, sp, len);
-			if (__any_sync(0xffffffffu, len && !own)) /* uniform: the copy is the warp's */
-				dfr_copy_group<DFR_SMALL_R, true>(slots + (size_t)(i < n ? i : 0) * slot_size, t.out,
-								  lane, off, own ? 0u : len, dst);
-		} else if constexpr (SELF) {
-			/* v16: the warp copies its 32 packets' payloads itself,
-			 * as one flattened list (every lane takes part; len 0
-			 * past n). */
-			dfr_copy_group<DFR_SMALL_R, true>(slots + (size_t)(i < n ? i : 0) * slot_size, t.out, lane, off,
-							  len, dst);
-		}
-		lmax = len > hint && len > lmax ? len : lmax;
 	}
-	const uint32_t nw = __reduce_max_sync(0xffffffffu, lmax);
+	if constexpr (SELF && WIDE) {
+		/* dfr_tiny80_pass: a payload of one to three 16-byte words,
+		 * aligned at both ends (a 64-byte packet's 32 bytes), is stored
+		 * by its own thread from the lines the prefix just brought in;
+		 * the warp copies the rest. */
+		const uint8_t *sp = slots + (size_t)(i < n ? i : 0) * slot_size + off;
+		uint8_t *o = t.out + dst;
+		const bool own = len && len <= 48u && !(((uintptr_t)o | (uintptr_t)sp | len) & 15);
+		if (own)
+			store_own(o, sp, len);
+		if (__any_sync(0xffffffffu, len && !own)) /* uniform: the copy is the warp's */
+			dfr_copy_group<DFR_SMALL_R, true>(slots + (size_t)(i < n ? i : 0) * slot_size, t.out, lane,
+							  off, own ? 0u : len, dst);
+	} else if constexpr (SELF) {
+		/* v16: the warp copies its 32 packets' payloads itself, as one
+		 * flattened list (every lane takes part; len 0 past n). */
+		dfr_copy_group<DFR_SMALL_R, true>(slots + (size_t)(i < n ? i : 0) * slot_size, t.out, lane, off, len, dst);
+	}
+	const uint32_t nw = __reduce_max_sync(0xffffffffu, len > hint ? len : 0u);
 	if (lane == 0 && nw)
 		atomicMax(&s_red, nw);
 	__syncthreads();
@@ -474,24 +459,6 @@ __global__ void __launch_bounds__(256)
 	const struct pdma_frm_cfg fc = {};
 	hdr_pass_body<false>(c, t, slots, slot_size, n, desc, wl, stride, hint, pmax, hhint, nullptr, fc);
 }
-
-/* EXPERIMENT: header-pass instances (register budget, packets a thread). */
-#define DFR_HDR_X(name, np, minb)                                                                              \
-	__global__ void __launch_bounds__(256, minb)                                                           \
-		name(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,    \
-		     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride,   \
-		     uint32_t hint, uint32_t *pmax, uint32_t *hhint)                                            \
-	{                                                                                                      \
-		const struct pdma_frm_cfg fc = {};                                                             \
-		hdr_pass_body<false, false, false, np>(c, t, slots, slot_size, n, desc, wl, stride, hint, pmax, \
-						       hhint, nullptr, fc);                                     \
-	}
-DFR_HDR_X(dfr_hdr_x_b6, 1, 6)
-DFR_HDR_X(dfr_hdr_x_b8, 1, 8)
-DFR_HDR_X(dfr_hdr_x_p2, 2, 1)
-DFR_HDR_X(dfr_hdr_x_p2b5, 2, 5)
-DFR_HDR_X(dfr_hdr_x_p4, 4, 1)
-DFR_HDR_X(dfr_hdr_x_p4b3, 4, 3)
 
 /* v16, one pass for small payloads: v11's header pass (fast path, one
  * thread per packet, a full grid), then each warp copies its 32 payloads
