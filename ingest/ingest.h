@@ -61,7 +61,9 @@ const char *pdma_rx_io_name(enum pdma_rx_io io);
  * 4, 80-byte slots) for slots of at most PDMA_SLOT_TINY_MAX bytes, packed
  * ones (datagram at byte 20, 16-byte rounding) for slots of at most
  * PDMA_SLOTS_PACKED_AUTO bytes, the full layout (datagram at byte 36, 64-byte
- * rounding) else. */
+ * rounding) else. Every layout needs 64 bytes after its header (the fast
+ * path's prefix), so 81-83-byte slots fit none: the session refuses them
+ * and says so, as every slot it refuses. */
 enum pdma_slot_choice { PDMA_SLOTS_AUTO = 0, PDMA_SLOTS_FULL, PDMA_SLOTS_PACKED, PDMA_SLOTS_TINY };
 /* Where packed slots were measured to win on the GPU (H200,
  * ingest/deframe/cuda/DESIGN.md): 64-byte packets in 96-byte slots deframe

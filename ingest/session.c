@@ -147,6 +147,37 @@ static int nic_open(struct pdma_ingest *ing, char *msg, size_t msglen)
 	return pdma_rx_nic_open(&ing->rx[0].nic, &nc, c->domain, c->eq, msg, msglen);
 }
 
+/* The slot size and layout c asks for: 0, or -EINVAL with the reason in
+ * msg. A slot holds its header and at least the 64 bytes the fast path
+ * reads; tiny slots are at most 80 bytes; io_uring's completion header
+ * needs the full layout's room before the datagram. */
+static int check_slots(const struct pdma_ingest_config *c, char *msg, size_t msglen)
+{
+	if (c->slot_layout > PDMA_SLOTS_TINY) {
+		snprintf(msg, msglen, "slot layout %u: no such layout", (unsigned int)c->slot_layout);
+		return -EINVAL;
+	}
+	const enum pdma_ring_layout l = ring_layout(c);
+	const uint32_t min = 64 + slot_off(l);
+	if (c->rx_io == PDMA_RX_IO_URING && l != PDMA_RING_FULL)
+		snprintf(msg, msglen, "%s slots: io_uring's completion header needs the full layout's room "
+			 "before the datagram", layout_name(l));
+	else if (l == PDMA_RING_TINY && c->slot_size > PDMA_SLOT_TINY_MAX)
+		snprintf(msg, msglen, "slot size %u: tiny slots are at most %u bytes", c->slot_size,
+			 PDMA_SLOT_TINY_MAX);
+	else if (c->slot_size < min && c->slot_layout == PDMA_SLOTS_AUTO && l == PDMA_RING_PACKED)
+		/* 81-83 bytes: over a tiny slot, under a packed one */
+		snprintf(msg, msglen, "slot size %u fits no slot layout: tiny slots are at most %u bytes, "
+			 "packed ones at least %u", c->slot_size, PDMA_SLOT_TINY_MAX, min);
+	else if (c->slot_size < min)
+		snprintf(msg, msglen, "slot size %u: %s slots are at least %u bytes (a %u-byte slot header, "
+			 "then the 64 bytes the deframer's fast path reads)", c->slot_size, layout_name(l), min,
+			 slot_off(l));
+	else
+		return 0;
+	return -EINVAL;
+}
+
 int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_ingest **out, char *msg,
 			    size_t msglen)
 {
@@ -158,11 +189,11 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 		msg = dummy;
 		msglen = sizeof(dummy);
 	}
-	if (!c->threads || c->threads > 64 || !c->batch || c->batch > PDMA_RX_MAX_BATCH ||
-	    c->slot_layout > PDMA_SLOTS_TINY || c->slot_size < 64 + slot_off(ring_layout(c)) ||
-	    (ring_layout(c) == PDMA_RING_TINY && c->slot_size > PDMA_SLOT_TINY_MAX) ||
-	    (c->rx_io == PDMA_RX_IO_URING && ring_layout(c) != PDMA_RING_FULL))
+	if (!c->threads || c->threads > 64 || !c->batch || c->batch > PDMA_RX_MAX_BATCH)
 		return -EINVAL;
+	ret = check_slots(c, msg, msglen);
+	if (ret)
+		return ret;
 	if ((c->path == PDMA_RX_DIRECT && (!c->domain || !c->sim)) ||
 	    (c->path == PDMA_RX_NIC && (!c->domain || c->threads != 1)))
 		return -EINVAL;

@@ -53,7 +53,8 @@ static void usage(FILE *f, const struct pdma_ingest_ext *x)
 		"      --ring-slots N    slots per ring (default 8192)\n"
 		"      --slot-size B     bytes per slot (default 9216)\n"
 		"      --slot-layout L   auto (default: tiny for 80-byte slots, packed for slots of\n"
-		"                        at most 128 bytes, but neither with --rx io_uring), full\n"
+		"                        84-128 bytes, but neither with --rx io_uring; 81-83 bytes\n"
+		"                        fit no layout), full\n"
 		"                        (the datagram at byte 36, slots rounded to 64 bytes),\n"
 		"                        packed (at byte 20, slots rounded to 16: small datagrams\n"
 		"                        move fewer bytes) or tiny (at byte 4 of an 80-byte slot:\n"
@@ -410,6 +411,8 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 		else if (ret == -ENOENT)
 			fprintf(stderr, "%s: the GPU deframer module (libpeerdma_vrt_cuda.so) "
 					"was not built or not found (set PEERDMA_VRT_CUDA)\n", me);
+		else if (ret == -EINVAL && msg[0])
+			fprintf(stderr, "%s: %s\n", me, msg);
 		else
 			fprintf(stderr, "%s: cannot set up port %u: %s%s\n", me, c.port,
 				strerror(-ret),

@@ -274,6 +274,10 @@ static void test_gen_to_ingest_packed(void **state)
 	assert_int_equal(sh("%s ingest --slot-size 96 --slot-layout tiny -d 0.05 -q -j /dev/null 2>%s/e", tool, dir),
 			 2);
 	assert_int_equal(sh("grep -q 'slots are 80 bytes' %s/e", dir), 0);
+	/* 81-83 bytes fit no layout (over a tiny slot, under a packed one):
+	 * the session refuses them, and ingest says why. */
+	assert_int_equal(sh("%s ingest --slot-size 82 -d 0.05 -q -j /dev/null 2>%s/e", tool, dir), 1);
+	assert_int_equal(sh("grep -q 'slot size 82 fits no slot layout' %s/e", dir), 0);
 }
 
 static void test_gen_to_ingest(void **state)

@@ -384,6 +384,34 @@ static void test_ingest_bad_config(void **state)
 	ic.slot_size = 80;
 	ic.rx_io = PDMA_RX_IO_URING;
 	assert_int_equal(pdma_ingest_open_config(&ic, &ing, NULL, 0), -EINVAL);
+	/* Each refusal says why. 81-83 bytes fit no layout: over a tiny slot,
+	 * under the smallest packed one (84, test_loopback_tiny opens it). */
+	char msg[256];
+	static const struct {
+		enum pdma_slot_choice layout;
+		uint32_t size;
+		enum pdma_rx_io io;
+		const char *says;
+	} why[] = {
+		{ PDMA_SLOTS_AUTO, 81, PDMA_RX_IO_RECVMMSG, "slot size 81 fits no slot layout" },
+		{ PDMA_SLOTS_AUTO, 83, PDMA_RX_IO_RECVMMSG, "packed ones at least 84" },
+		{ PDMA_SLOTS_PACKED, 83, PDMA_RX_IO_RECVMMSG, "packed slots are at least 84 bytes" },
+		{ PDMA_SLOTS_FULL, 96, PDMA_RX_IO_RECVMMSG, "full slots are at least 100 bytes" },
+		{ PDMA_SLOTS_TINY, 96, PDMA_RX_IO_RECVMMSG, "tiny slots are at most 80 bytes" },
+		{ PDMA_SLOTS_TINY, 67, PDMA_RX_IO_RECVMMSG, "tiny slots are at least 68 bytes" },
+		{ PDMA_SLOTS_TINY, 80, PDMA_RX_IO_URING, "tiny slots: io_uring's completion header" },
+		{ (enum pdma_slot_choice)7, 2048, PDMA_RX_IO_RECVMMSG, "slot layout 7: no such layout" },
+	};
+	for (size_t k = 0; k < sizeof(why) / sizeof(why[0]); k++) {
+		pdma_ingest_config_default(&ic);
+		ic.slot_layout = why[k].layout;
+		ic.slot_size = why[k].size;
+		ic.rx_io = why[k].io;
+		msg[0] = 0;
+		assert_int_equal(pdma_ingest_open_config(&ic, &ing, msg, sizeof(msg)), -EINVAL);
+		if (!strstr(msg, why[k].says))
+			fail_msg("case %zu: \"%s\" lacks \"%s\"", k, msg, why[k].says);
+	}
 	pdma_ingest_config_default(&ic);
 	ic.path = PDMA_RX_HOST_STAGED;
 	ic.port = 0;
