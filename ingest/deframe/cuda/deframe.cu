@@ -453,14 +453,6 @@ static int g_reset(struct pdma_gpu_dfr *g)
 int dfr_reset_tags(struct pdma_gpu_dfr *g, cudaStream_t s)
 {
 	CK(g, cudaMemsetAsync(g->t.tags, 0, (size_t)g->c.max_streams * g->c.out_pkts * 8, s));
-	/* EXPERIMENT: PEERDMA_BENCH_FLUSH_L2 evicts the tags from L2 after
-	 * the reset (256 MiB written elsewhere), as a long copy pass would. */
-	static void *flush;
-	if (getenv("PEERDMA_BENCH_FLUSH_L2")) {
-		if (!flush)
-			CK(g, cudaMalloc(&flush, 256u << 20));
-		CK(g, cudaMemsetAsync(flush, 1, 256u << 20, s));
-	}
 	return 0;
 }
 
@@ -587,8 +579,6 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 			fprintf(stderr, "gpu deframer: PEERDMA_GPU_LAUNCH=%s: not stream or graph, ignored\n", env);
 	}
 	g->auto_min = AUTO_MIN_PAYLOAD;
-	/* EXPERIMENT */
-	dfr_x_set((env = getenv("PEERDMA_DFR_X")) && *env ? (uint32_t)atoi(env) : 0u);
 	if ((env = getenv("PEERDMA_DFR_AUTO_MIN")) && *env)
 		g->auto_min = (uint32_t)strtoul(env, NULL, 10);
 	g->small_max = AUTO_SMALL_MAX;

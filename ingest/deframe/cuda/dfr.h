@@ -34,7 +34,6 @@ __global__ void dfr_onepass(struct pdma_dfr_config c, struct pdma_dfr_tables t, 
 __global__ void dfr_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,
 			     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl,
 			     uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint);
-int dfr_x_set(uint32_t f); /* EXPERIMENT */
 __global__ void dfr_frm_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, struct pdma_frm_cfg fc,
 				 const uint8_t *base, const struct pdma_frame *frames, uint32_t n,
 				 struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint, uint32_t *pmax,

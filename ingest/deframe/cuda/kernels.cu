@@ -22,14 +22,6 @@
 #include "dfr.h"
 #include "warp_copy.cuh"
 
-/* EXPERIMENT: bit 0 skips the tag atomic (every packet claims its
- * position), bit 1 the work-list store (header-pass timing only). */
-__constant__ uint32_t dfr_x_flags;
-int dfr_x_set(uint32_t f)
-{
-	return (int)cudaMemcpyToSymbol(dfr_x_flags, &f, sizeof(f));
-}
-
 /* Device stream lookup: plain loads first (the common case, a known stream,
  * costs no atomic), compare-and-swap only to claim a free entry. */
 __device__ static int dfr_lookup(const struct pdma_dfr_config *c, unsigned long long *keys, uint32_t id,
@@ -187,7 +179,7 @@ __device__ __forceinline__ static int dfr_place(const struct pdma_dfr_config &c,
 		pr = (uint32_t)(r.pkt % c.out_pkts);
 	const size_t pos = pr;
 	unsigned long long *tag = (unsigned long long *)&t.tags[(size_t)idx * c.out_pkts + pos];
-	if (!(dfr_x_flags & 1u) && atomicMax(tag, (unsigned long long)(r.pkt + 1)) >= r.pkt + 1)
+	if (atomicMax(tag, (unsigned long long)(r.pkt + 1)) >= r.pkt + 1)
 		return PDMA_DFR_ST_DATA_OLD; /* duplicate or stale: never overwrites */
 	off = src_base + r.payload_off;
 	len = r.payload_len;
@@ -428,8 +420,7 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 				copy_serial(t.out + dst, src + off, len);
 				wlen = 0;
 			}
-			if (!(dfr_x_flags & 2u))
-				wl[i] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), wlen ? off : 0, wlen);
+			wl[i] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), wlen ? off : 0, wlen);
 		}
 	}
 	if constexpr (SELF && WIDE) {
