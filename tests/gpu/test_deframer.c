@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "deframe/acct.h"
@@ -482,25 +483,51 @@ static void test_kernels(void **state)
 	assert_string_equal(F.ops.kernel_name(F.g), was);
 }
 
+/* The open's stderr, captured into buf (at most len - 1 bytes). */
+static int open_captured(struct pdma_gpu_dfr **g, char *buf, size_t len)
+{
+	FILE *f = tmpfile();
+	assert_non_null(f);
+	fflush(stderr);
+	const int saved = dup(STDERR_FILENO);
+	assert_true(saved >= 0);
+	assert_true(dup2(fileno(f), STDERR_FILENO) >= 0);
+	const int ret = F.ops.open(&F.cfg, 0, g);
+	fflush(stderr);
+	assert_true(dup2(saved, STDERR_FILENO) >= 0);
+	close(saved);
+	rewind(f);
+	const size_t n = fread(buf, 1, len - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	return ret;
+}
+
 /* PEERDMA_DFR_KERNEL naming a removed variant or no kernel fails the open
- * (a run never takes another kernel than the one asked for); a kernel's
- * name is taken. */
+ * (a run never takes another kernel than the one asked for), and says which
+ * of the two it was; a kernel's name is taken. */
 static void test_env_kernel(void **state)
 {
 	(void)state;
+	static const char *const removed = "a kernel variant that was measured and removed", *const none = "no such kernel";
 	static const struct {
 		const char *name;
 		int ret;
-	} cases[] = { { "v9", -EINVAL }, { "tma", -EINVAL }, { "v17", -EINVAL },
-		      { "nonesuch", -EINVAL }, { "v7s", 0 }, { "v11", 0 } };
+		const char *says;
+	} cases[] = { { "v9", -EINVAL, removed },       { "tma", -EINVAL, removed }, { "v17", -EINVAL, removed },
+		      { "nonesuch", -EINVAL, none }, { "v7s", 0, NULL },        { "v11", 0, NULL } };
 	const char *env = getenv("PEERDMA_DFR_KERNEL");
 	char *saved = env ? strdup(env) : NULL;
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		struct pdma_gpu_dfr *g = NULL;
+		char err[512];
 		setenv("PEERDMA_DFR_KERNEL", cases[k].name, 1);
-		assert_int_equal(F.ops.open(&F.cfg, 0, &g), cases[k].ret);
+		assert_int_equal(open_captured(&g, err, sizeof(err)), cases[k].ret);
 		if (cases[k].ret) {
 			assert_null(g);
+			if (!strstr(err, cases[k].says))
+				fail_msg("PEERDMA_DFR_KERNEL=%s: \"%s\" lacks \"%s\"", cases[k].name, err,
+					 cases[k].says);
 			continue;
 		}
 		assert_string_equal(F.ops.kernel_name(g), cases[k].name);
