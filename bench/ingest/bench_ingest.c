@@ -211,7 +211,7 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			printf("usage: bench_ingest [--quick] [--parts abcdefgx] [--json FILE] [--iters N]\n"
-			       "                    [--sizes 1024,1500,...] [--x d2d,copy,simple,skel1,skel4,v7s,v11,auto,hdr,cpass,touch,touchp,v11d,hdrd,touchd,nullg]\n"
+			       "                    [--sizes 1024,1500,...] [--x d2d,copy,simple,skel1,skel4,v7s,v11,auto,hdr,cpass,touch,touchp]\n"
 			       "                    [--rx recvmmsg,io_uring,gro,xdp]   (receive I/O of parts c (not gro, xdp) and g;\n"
 			       "                                                 default all)\n"
 			       "                    [--senders N]   (gen's sender threads in part g, 1..16;\n"

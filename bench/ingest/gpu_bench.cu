@@ -99,14 +99,6 @@ __global__ void __launch_bounds__(256) hdr_touch(const uint8_t *__restrict__ slo
 	sink[i] = x;
 }
 
-/* EXPERIMENT: nothing, over the header pass's grid. */
-__global__ void __launch_bounds__(256) null_grid(uint32_t n, uint32_t *sink)
-{
-	const uint32_t i = blockIdx.x * 256 + threadIdx.x;
-	if (i == 0xffffffffu - n)
-		sink[0] = i;
-}
-
 /* Median of iters timings (CUDA events on s[0]) of body(), after the
  * warm-ups; pre() runs before each start event (not timed). */
 template <typename P, typename F>
@@ -264,47 +256,6 @@ static int touch(struct pdma_gpu_dfr *g, int kind, const void *dev_slots, uint32
 	return ret;
 }
 
-/* EXPERIMENT: v11 (V11D) or its header pass (HDRD) with the prefixes read
- * from a dense array of 64-byte copies, or those loads alone (TOUCHD). */
-static int dense(struct pdma_gpu_dfr *g, int kind, const void *dev_slots, uint32_t slot_size, uint32_t n,
-		 int iters, double *sec)
-{
-	uint8_t *xh;
-	uint32_t *sink;
-	const uint32_t blocks = (n + 255) / 256;
-	CK(g, cudaMalloc(&xh, (size_t)n * 64));
-	CK(g, cudaMalloc(&sink, (size_t)n * sizeof(uint32_t)));
-	CK(g, cudaMemcpy2D(xh, 64, dev_slots, slot_size, 64, n, cudaMemcpyDeviceToDevice));
-	const struct kvar *was = g->kv;
-	int ret = dfr_set_kernel(g, "v11");
-	if (!ret && kind == PDMA_GPU_COPY_NULLG)
-		ret = timed(g, iters, nothing, [&]() {
-			null_grid<<<blocks, 256, 0, g->s[0]>>>(n, sink);
-			CK(g, cudaGetLastError());
-			return 0;
-		}, sec);
-	else if (!ret && kind == PDMA_GPU_COPY_TOUCHD)
-		ret = timed(g, iters, nothing, [&]() {
-			hdr_touch<false><<<blocks, 256, 0, g->s[0]>>>(xh, 64, n, sink);
-			CK(g, cudaGetLastError());
-			return 0;
-		}, sec);
-	else if (!ret) {
-		g->xhdrs = xh;
-		ret = timed(g, iters, [&]() { return dfr_reset_tags(g, g->s[0]); },
-			    [&]() {
-				    return dfr_launch(g, dev_slots, slot_size, n, NULL, g->s[0],
-						      kind == PDMA_GPU_COPY_V11D ? DFR_PASS_ALL : DFR_PASS_HDR);
-			    }, sec);
-		g->xhdrs = NULL;
-	}
-	g->kv = was;
-	cudaDeviceSynchronize();
-	cudaFree(xh);
-	cudaFree(sink);
-	return ret;
-}
-
 /* The skeleton: payloads of the same slots, moved by the one-pass warp copy
  * into one contiguous output (SKEL1) or four streams (SKEL4). */
 static int skel(struct pdma_gpu_dfr *g, int kind, const void *dev_slots, const uint8_t *h, uint32_t slot_size,
@@ -353,12 +304,6 @@ static int b_copy(struct pdma_gpu_dfr *g, int kind, const void *dev_slots, uint3
 	case PDMA_GPU_COPY_TOUCH:
 	case PDMA_GPU_COPY_TOUCHP:
 		ret = touch(g, kind, dev_slots, slot_size, n, iters, &sec);
-		break;
-	case PDMA_GPU_COPY_V11D:
-	case PDMA_GPU_COPY_HDRD:
-	case PDMA_GPU_COPY_TOUCHD:
-	case PDMA_GPU_COPY_NULLG:
-		ret = dense(g, kind, dev_slots, slot_size, n, iters, &sec);
 		break;
 	case PDMA_GPU_COPY_SKEL1:
 	case PDMA_GPU_COPY_SKEL4:

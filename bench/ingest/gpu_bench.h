@@ -35,14 +35,6 @@ struct pdma_gpu_bench {
 #define PDMA_GPU_COPY_TOUCHP 6
 /* v11's copy pass alone (its header pass runs before the timed part). */
 #define PDMA_GPU_COPY_CPASS 7
-/* EXPERIMENT: the slots' 64-byte prefixes copied to a dense array (as a
- * producer would write them, not timed): v11 reading its headers from it,
- * its header pass alone, and the three prefix loads alone. */
-#define PDMA_GPU_COPY_V11D 8
-#define PDMA_GPU_COPY_HDRD 9
-#define PDMA_GPU_COPY_TOUCHD 10
-/* EXPERIMENT: an empty kernel over the header pass's grid (the launch's floor). */
-#define PDMA_GPU_COPY_NULLG 11
 
 struct pdma_gpu_bench_ops {
 	uint32_t version;

@@ -24,8 +24,6 @@ static int copy_kind(const char *item)
 		{ "skel1", PDMA_GPU_COPY_SKEL1 }, { "skel4", PDMA_GPU_COPY_SKEL4 },
 		{ "hdr", PDMA_GPU_COPY_HDR },     { "touch", PDMA_GPU_COPY_TOUCH },
 		{ "touchp", PDMA_GPU_COPY_TOUCHP }, { "cpass", PDMA_GPU_COPY_CPASS },
-		{ "v11d", PDMA_GPU_COPY_V11D }, { "hdrd", PDMA_GPU_COPY_HDRD },
-		{ "touchd", PDMA_GPU_COPY_TOUCHD }, { "nullg", PDMA_GPU_COPY_NULLG },
 	};
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
 		if (!strcmp(item, k[i].name))
@@ -295,8 +293,7 @@ void part_x(struct ctx *x)
 {
 	static const uint32_t def[] = { 1024, 1500, 8192 };
 	static const char *items[] = { "d2d",  "copy", "simple", "skel1", "skel4", "v7s",
-				       "v11",  "v16",  "auto",   "hdr",   "cpass", "touch", "touchp",
-				       "v11d", "hdrd", "touchd", "nullg" };
+				       "v11",  "v16",  "auto",   "hdr",   "cpass", "touch", "touchp" };
 	const size_t nitems = sizeof(items) / sizeof(items[0]);
 	uint32_t sizes[8];
 	size_t nsizes = size_list(x, def, sizeof(def) / sizeof(def[0]), sizes);

@@ -172,8 +172,7 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	const uint8_t *sl = (const uint8_t *)slots;
 	uint4 *wl = g->tpwl[si];
 	if (parts & DFR_PASS_HDR) {
-		void *ha[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &wl, &stride, &hintk, &g->d_pmax, &g->hint_d,
-			       &g->xhdrs };
+		void *ha[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &wl, &stride, &hintk, &g->d_pmax, &g->hint_d };
 		CK(g, cudaLaunchKernel((const void *)dfr_hdr_pass, dim3((n + 255) / 256), dim3(256), ha, 0, s));
 	}
 	if (!(parts & DFR_PASS_COPY))

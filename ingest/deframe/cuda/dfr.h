@@ -33,7 +33,7 @@ __global__ void dfr_onepass(struct pdma_dfr_config c, struct pdma_dfr_tables t, 
 			    uint32_t *pmax, uint32_t *hhint);
 __global__ void dfr_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,
 			     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl,
-			     uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint, const uint8_t *xh);
+			     uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint);
 __global__ void dfr_frm_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, struct pdma_frm_cfg fc,
 				 const uint8_t *base, const struct pdma_frame *frames, uint32_t n,
 				 struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint, uint32_t *pmax,
@@ -95,7 +95,6 @@ struct pdma_gpu_dfr {
 		const uint8_t *p, *d;
 		size_t n;
 	} reg[8];
-	const uint8_t *xhdrs;         /* EXPERIMENT: dense 64-byte copies of the slots' prefixes */
 };
 
 #define CK(g, call)                                                                       \

@@ -355,7 +355,7 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 						     const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n,
 						     struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint,
 						     uint32_t *pmax, uint32_t *hhint, const struct pdma_frame *frames,
-						     const struct pdma_frm_cfg &fc, const uint8_t *xh = nullptr)
+						     const struct pdma_frm_cfg &fc)
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
@@ -388,9 +388,7 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 			pdma_dfr_prefix(slots + (size_t)i * slot_size, slot_size, 1, &pre);
 	} else {
 		/* The prefix reads the slot's first 64 bytes (any layout). */
-		if (i < n && xh)
-			pdma_dfr_prefix(xh + (size_t)i * 64u, slot_size, 0, &pre);
-		else if (i < n && slot_size >= 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
+		if (i < n && slot_size >= 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
 			pdma_dfr_prefix(slots + (size_t)i * slot_size, slot_size, 0, &pre);
 	}
 	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
@@ -456,10 +454,10 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 __global__ void __launch_bounds__(256)
 	dfr_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
 		     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride,
-		     uint32_t hint, uint32_t *pmax, uint32_t *hhint, const uint8_t *xh)
+		     uint32_t hint, uint32_t *pmax, uint32_t *hhint)
 {
 	const struct pdma_frm_cfg fc = {};
-	hdr_pass_body<false>(c, t, slots, slot_size, n, desc, wl, stride, hint, pmax, hhint, nullptr, fc, xh);
+	hdr_pass_body<false>(c, t, slots, slot_size, n, desc, wl, stride, hint, pmax, hhint, nullptr, fc);
 }
 
 /* v16, one pass for small payloads: v11's header pass (fast path, one
