@@ -342,7 +342,7 @@ __device__ __forceinline__ static void store_own(uint8_t *o, const uint8_t *s, u
  * from the host's hint (the longest payload it knows of, hint bytes; 0: the
  * slot geometry's bound, which every packet fits). A payload wider than that
  * (a new, longer stream) is copied here by its header thread and left out of
- * the work list; every warp that saw a payload longer than the hint raises
+ * the work list; every block that saw a payload longer than the hint raises
  * the device-side maximum *pmax and writes the result to the host's hint word
  * (*hhint, mapped host memory), so the next launch's stride covers it. The
  * copy pass never depends on the hint being right, only its width does. */
@@ -360,6 +360,7 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
 	__shared__ unsigned long long s_cls[DFR_CACHE];
+	__shared__ uint32_t s_red;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	/* The copy pass (launched with programmatic stream serialization) may
 	 * start its blocks once every block here has begun; they wait in
@@ -390,20 +391,14 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 		if (i < n && slot_size >= 64u && !((uintptr_t)(slots + (size_t)i * slot_size) & 15))
 			pdma_dfr_prefix(slots + (size_t)i * slot_size, slot_size, 0, &pre);
 	}
-	/* Every warp fills the block's stream-table cache itself and waits
-	 * for its own lanes only: no warp waits at a block barrier for
-	 * another's prefix (a barrier here held a fifth of the pass's warp
-	 * time). The warps store the same values; an entry a warp sees as 0
-	 * (not yet cached, or overwritten by a warp that read the table
-	 * before another claimed it) only sends the lookup to the table in
-	 * global memory, as for a stream past the cache. */
-#pragma unroll 1
-	for (uint32_t k = lane; k < ncache; k += 32) {
+	for (uint32_t k = threadIdx.x; k < ncache; k += blockDim.x) {
 		s_keys[k] = *(volatile unsigned long long *)&t.keys[k];
 		s_plen[k] = *(volatile uint32_t *)&t.plen[k];
 		s_cls[k] = *(volatile unsigned long long *)&t.cls[k];
 	}
-	__syncwarp();
+	if (threadIdx.x == 0)
+		s_red = 0;
+	__syncthreads();
 	uint32_t off = 0, len = 0;
 	unsigned long long dst = 0;
 	if (i < n) {
@@ -447,9 +442,12 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 		dfr_copy_group<DFR_SMALL_R, true>(slots + (size_t)(i < n ? i : 0) * slot_size, t.out, lane, off, len, dst);
 	}
 	const uint32_t nw = __reduce_max_sync(0xffffffffu, len > hint ? len : 0u);
-	if (lane == 0 && nw) {
-		const uint32_t old = atomicMax(pmax, nw);
-		*(volatile uint32_t *)hhint = old > nw ? old : nw;
+	if (lane == 0 && nw)
+		atomicMax(&s_red, nw);
+	__syncthreads();
+	if (threadIdx.x == 0 && s_red) {
+		const uint32_t old = atomicMax(pmax, s_red);
+		*(volatile uint32_t *)hhint = old > s_red ? old : s_red;
 	}
 }
 
