@@ -133,27 +133,7 @@ static int launch_copy(struct pdma_gpu_dfr *g, cudaStream_t s, const uint8_t *sr
 	cudaLaunchAttribute at[1];
 	memset(&cfg, 0, sizeof(cfg));
 	memset(at, 0, sizeof(at));
-	/* EXPERIMENT: PEERDMA_DFR_COPY picks a copy-pass shape. */
-	static const struct {
-		const char *name;
-		unsigned u;
-		const void *fn;
-	} shapes[] = {
-		{ "u2b6", DFR_COPY_U, (const void *)dfr_copy_pass },
-		{ "u1b8", 1, (const void *)dfr_copy_u1b8 },
-		{ "u2b8", 2, (const void *)dfr_copy_u2b8 },
-		{ "u4b4", 4, (const void *)dfr_copy_u4b4 },
-		{ "u3b5", 3, (const void *)dfr_copy_u3b5 },
-		{ "u2b6cs", 2, (const void *)dfr_copy_u2b6cs },
-		{ "u1b8cs", 1, (const void *)dfr_copy_u1b8cs },
-	};
-	unsigned sh = 0;
-	const char *env = getenv("PEERDMA_DFR_COPY");
-	for (unsigned k = 0; env && k < sizeof(shapes) / sizeof(shapes[0]); k++)
-		if (!strcmp(env, shapes[k].name))
-			sh = k;
-	const unsigned U = shapes[sh].u;
-	cfg.gridDim = dim3((uint32_t)((thr + 256ull * U - 1) / (256ull * U)));
+	cfg.gridDim = dim3((uint32_t)((thr + 256ull * DFR_COPY_U - 1) / (256ull * DFR_COPY_U)));
 	cfg.blockDim = dim3(256);
 	cfg.stream = s;
 	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -162,7 +142,7 @@ static int launch_copy(struct pdma_gpu_dfr *g, cudaStream_t s, const uint8_t *sr
 	cfg.numAttrs = 1;
 	uint8_t *out = g->t.out;
 	void *args[] = { &src, &slot_size, &n, &stride, &out, &wl };
-	CK(g, cudaLaunchKernelExC(&cfg, shapes[sh].fn, args));
+	CK(g, cudaLaunchKernelExC(&cfg, (const void *)dfr_copy_pass, args));
 	return 0;
 }
 

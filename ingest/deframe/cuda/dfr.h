@@ -49,16 +49,6 @@ __global__ void dfr_tiny80_pass(struct pdma_dfr_config c, struct pdma_dfr_tables
 				uint32_t *pmax, uint32_t *hhint);
 __global__ void dfr_copy_pass(const uint8_t *slots, uint32_t slot_size, uint32_t n, uint32_t stride,
 			      uint8_t *out, const uint4 *wl);
-/* EXPERIMENT: copy-pass shapes (PEERDMA_DFR_COPY) */
-#define COPY_DECL(name)                                                                                  \
-	__global__ void name(const uint8_t *slots, uint32_t slot_size, uint32_t n, uint32_t stride, uint8_t *out, \
-			     const uint4 *wl);
-COPY_DECL(dfr_copy_u1b8)
-COPY_DECL(dfr_copy_u2b8)
-COPY_DECL(dfr_copy_u4b4)
-COPY_DECL(dfr_copy_u3b5)
-COPY_DECL(dfr_copy_u2b6cs)
-COPY_DECL(dfr_copy_u1b8cs)
 
 /* ---- the handle ---- */
 

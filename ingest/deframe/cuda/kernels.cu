@@ -549,11 +549,11 @@ struct win {
  * store for a full window, 4-byte or byte stores for the partial first and
  * last windows). The source address is the packet's slot (index * slot size)
  * plus the work list's payload offset. U 2 at 6 blocks per SM: DESIGN.md. */
-template <int U, bool CS>
-__device__ __forceinline__ static void copy_pass_body(const uint8_t *__restrict__ slots, uint32_t slot_size,
-						      uint32_t n, uint32_t stride, uint8_t *out,
-						      const uint4 *__restrict__ wl)
+__global__ void __launch_bounds__(256, DFR_COPY_MINB)
+	dfr_copy_pass(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
+		      uint8_t *out, const uint4 *__restrict__ wl)
 {
+	constexpr int U = DFR_COPY_U;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
@@ -588,9 +588,9 @@ __device__ __forceinline__ static void copy_pass_body(const uint8_t *__restrict_
 			m = (uint32_t)ss & 15;
 			const uintptr_t b0 = ss - m;
 			if (m + lo < 16)
-				l0[q] = CS ? __ldcs((const uint4 *)b0) : __ldg((const uint4 *)b0);
+				l0[q] = __ldg((const uint4 *)b0);
 			if (m + hi > 16)
-				l1[q] = CS ? __ldcs((const uint4 *)b0 + 1) : __ldg((const uint4 *)b0 + 1);
+				l1[q] = __ldg((const uint4 *)b0 + 1);
 		}
 		w[q] = { lo, hi, m, ((a | len) & 3) == 0 };
 	}
@@ -601,10 +601,7 @@ __device__ __forceinline__ static void copy_pass_body(const uint8_t *__restrict_
 			continue;
 		const uint4 r = m ? shift16(l0[q], l1[q], m) : l0[q];
 		if (lo == 0 && hi == 16) {
-			if (CS)
-				__stcs((uint4 *)aw[q], r);
-			else
-				*(uint4 *)aw[q] = r;
+			*(uint4 *)aw[q] = r;
 		} else if (w[q].w4) {
 			const uint32_t wd[4] = { r.x, r.y, r.z, r.w };
 #pragma unroll
@@ -620,25 +617,3 @@ __device__ __forceinline__ static void copy_pass_body(const uint8_t *__restrict_
 		}
 	}
 }
-
-__global__ void __launch_bounds__(256, DFR_COPY_MINB)
-	dfr_copy_pass(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
-		      uint8_t *out, const uint4 *__restrict__ wl)
-{
-	copy_pass_body<DFR_COPY_U, false>(slots, slot_size, n, stride, out, wl);
-}
-
-/* EXPERIMENT: copy-pass shapes for the H200 (PEERDMA_DFR_COPY). */
-#define COPY_INST(name, u, minb, cs)                                                                     \
-	__global__ void __launch_bounds__(256, minb)                                                     \
-		name(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride, \
-		     uint8_t *out, const uint4 *__restrict__ wl)                                         \
-	{                                                                                                \
-		copy_pass_body<u, cs>(slots, slot_size, n, stride, out, wl);                             \
-	}
-COPY_INST(dfr_copy_u1b8, 1, 8, false)
-COPY_INST(dfr_copy_u2b8, 2, 8, false)
-COPY_INST(dfr_copy_u4b4, 4, 4, false)
-COPY_INST(dfr_copy_u3b5, 3, 5, false)
-COPY_INST(dfr_copy_u2b6cs, 2, 6, true)
-COPY_INST(dfr_copy_u1b8cs, 1, 8, true)
