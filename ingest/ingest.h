@@ -74,7 +74,7 @@ enum pdma_slot_choice { PDMA_SLOTS_AUTO = 0, PDMA_SLOTS_FULL, PDMA_SLOTS_PACKED,
  * 61.0-61.8% in packed ones). */
 #define PDMA_SLOTS_PACKED_AUTO 128u
 /* The layout a ring of slot_size-byte slots filled by io gets for choice:
- * the one rule the session, the CLI's checks and the benchmarks share. */
+ * the one rule the session, its slot check and the benchmarks share. */
 enum pdma_ring_layout pdma_ingest_ring_layout(enum pdma_slot_choice choice, uint32_t slot_size,
 					      enum pdma_rx_io io);
 
@@ -124,6 +124,10 @@ void pdma_ingest_config_default(struct pdma_ingest_config *c);
  * line saying what failed. No blocks until pdma_ingest_enable_blocks. */
 int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_ingest **ing, char *msg,
 			    size_t msglen);
+/* The slot size and layout c asks for: 0, or -EINVAL with the reason in msg
+ * (msglen bytes). pdma_ingest_open_config refuses by it; the CLI asks it
+ * while parsing, so that a bad slot is a usage error with the same reason. */
+int pdma_ingest_check_slots(const struct pdma_ingest_config *c, char *msg, size_t msglen);
 /* Blocks for subscribers (blocks/blocks.h): block_packets packets each,
  * published late_blocks blocks behind each stream's newest packet, or
  * flush_idle_ms after the last datagram (0: never), pool buffers per stream. Before start; the cpu path and the nic path's CPU

@@ -147,11 +147,10 @@ static int nic_open(struct pdma_ingest *ing, char *msg, size_t msglen)
 	return pdma_rx_nic_open(&ing->rx[0].nic, &nc, c->domain, c->eq, msg, msglen);
 }
 
-/* The slot size and layout c asks for: 0, or -EINVAL with the reason in
- * msg. A slot holds its header and at least the 64 bytes the fast path
- * reads; tiny slots are at most 80 bytes; io_uring's completion header
- * needs the full layout's room before the datagram. */
-static int check_slots(const struct pdma_ingest_config *c, char *msg, size_t msglen)
+/* A slot holds its header and at least the 64 bytes the fast path reads;
+ * tiny slots are at most 80 bytes; io_uring's completion header needs the
+ * full layout's room before the datagram. */
+int pdma_ingest_check_slots(const struct pdma_ingest_config *c, char *msg, size_t msglen)
 {
 	if (c->slot_layout > PDMA_SLOTS_TINY) {
 		snprintf(msg, msglen, "slot layout %u: no such layout", (unsigned int)c->slot_layout);
@@ -191,7 +190,7 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 	}
 	if (!c->threads || c->threads > 64 || !c->batch || c->batch > PDMA_RX_MAX_BATCH)
 		return -EINVAL;
-	ret = check_slots(c, msg, msglen);
+	ret = pdma_ingest_check_slots(c, msg, msglen);
 	if (ret)
 		return ret;
 	if ((c->path == PDMA_RX_DIRECT && (!c->domain || !c->sim)) ||

@@ -285,19 +285,13 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 				     : c->rx_io == PDMA_RX_IO_GRO
 				     ? "--rx gro needs a host ring: not with --path direct or nic"
 				     : "--rx xdp needs a host ring: not with --path direct or nic");
-	if ((c->slot_layout == PDMA_SLOTS_PACKED || c->slot_layout == PDMA_SLOTS_TINY) &&
-	    c->rx_io == PDMA_RX_IO_URING)
-		return pdma_opt_fail(&o, c->slot_layout == PDMA_SLOTS_TINY
-				     ? "--slot-layout tiny: io_uring's completion header needs the full "
-				       "layout's room before the datagram"
-				     : "--slot-layout packed: io_uring's completion header needs the full "
-				       "layout's room before the datagram");
-	if (c->slot_layout == PDMA_SLOTS_TINY && c->slot_size > PDMA_SLOT_TINY_MAX)
-		return pdma_opt_fail(&o, "--slot-layout tiny: slots are 80 bytes (--slot-size 80)");
-	/* The fast path reads a slot's first 64 bytes after its header. */
-	if (c->path != PDMA_RX_NIC && c->slot_size < 64 + PDMA_SLOT_HDR &&
-	    pdma_ingest_ring_layout(c->slot_layout, c->slot_size, c->rx_io) == PDMA_RING_FULL)
-		return pdma_opt_fail(&o, "--slot-size: at least 100 bytes with the full slot layout");
+	/* The session's own slot rule, asked here so that a slot it would
+	 * refuse is a usage error (exit 2, the options named) before anything
+	 * opens. */
+	char why[200];
+	if (pdma_ingest_check_slots(c, why, sizeof(why)))
+		return pdma_opt_fail(&o, "--slot-size %u --slot-layout %s%s: %s", c->slot_size,
+				     layouts[c->slot_layout], c->rx_io == PDMA_RX_IO_URING ? " --rx io_uring" : "", why);
 	if (c->xdp_dev && c->rx_io != PDMA_RX_IO_XDP)
 		return pdma_opt_fail(&o, "--xdp-dev is for --rx xdp");
 	if (c->path == PDMA_RX_NIC && c->threads != 1)

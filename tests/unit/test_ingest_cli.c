@@ -270,14 +270,20 @@ static void test_gen_to_ingest_packed(void **state)
 	/* Nor tiny ones; and a tiny slot is 80 bytes. */
 	assert_int_equal(sh("%s ingest --rx io_uring --slot-size 80 --slot-layout tiny -d 0.05 -q -j /dev/null "
 			    "2>%s/e", tool, dir), 2);
-	assert_int_equal(sh("grep -q 'tiny: io_uring.s completion header' %s/e", dir), 0);
+	assert_int_equal(sh("grep -q 'tiny slots: io_uring.s completion header' %s/e", dir), 0);
 	assert_int_equal(sh("%s ingest --slot-size 96 --slot-layout tiny -d 0.05 -q -j /dev/null 2>%s/e", tool, dir),
 			 2);
-	assert_int_equal(sh("grep -q 'slots are 80 bytes' %s/e", dir), 0);
+	assert_int_equal(sh("grep -q 'slot size 96: tiny slots are at most 80 bytes' %s/e", dir), 0);
 	/* 81-83 bytes fit no layout (over a tiny slot, under a packed one):
-	 * the session refuses them, and ingest says why. */
-	assert_int_equal(sh("%s ingest --slot-size 82 -d 0.05 -q -j /dev/null 2>%s/e", tool, dir), 1);
-	assert_int_equal(sh("grep -q 'slot size 82 fits no slot layout' %s/e", dir), 0);
+	 * the session's rule refuses them while ingest parses, and says why. */
+	assert_int_equal(sh("%s ingest --slot-size 82 -d 0.05 -q -j /dev/null 2>%s/e", tool, dir), 2);
+	assert_int_equal(sh("grep -q -- '--slot-size 82 --slot-layout auto: slot size 82 fits no slot layout' %s/e", dir),
+			 0);
+	/* Under 100 bytes the full layout cannot hold its header and the
+	 * 64 bytes the deframer's fast path reads. */
+	assert_int_equal(sh("%s ingest --slot-size 96 --slot-layout full -d 0.05 -q -j /dev/null 2>%s/e", tool, dir),
+			 2);
+	assert_int_equal(sh("grep -q 'slot size 96: full slots are at least 100 bytes' %s/e", dir), 0);
 }
 
 static void test_gen_to_ingest(void **state)
