@@ -147,7 +147,14 @@ static int launch_copy(struct pdma_gpu_dfr *g, cudaStream_t s, const uint8_t *sr
 	uint8_t *out = g->t.out;
 	const unsigned long long *fl = g->tpflag[si];
 	unsigned long long ep = g->tpepoch[si];
-	void *args[] = { &src, &slot_size, &n, &stride, &out, &wl, &fl, &ep };
+	/* EXPERIMENT: PEERDMA_DFR_EARLY: 0 every copy block waits for the
+	 * header grid (griddepcontrol.wait), 1 every block waits for its
+	 * header blocks' flags, 2 the first two waves of blocks by flags, the
+	 * rest for the grid (default 1). */
+	const char *ee = getenv("PEERDMA_DFR_EARLY");
+	const int em = ee && *ee ? atoi(ee) : 1;
+	uint32_t early = em == 0 ? 0u : em == 2 ? (uint32_t)g->sms * DFR_COPY_MINB * 2u : 0xffffffffu;
+	void *args[] = { &src, &slot_size, &n, &stride, &out, &wl, &fl, &ep, &early };
 	CK(g, cudaLaunchKernelExC(&cfg, (const void *)dfr_copy_pass, args));
 	return 0;
 }

@@ -49,7 +49,8 @@ __global__ void dfr_tiny80_pass(struct pdma_dfr_config c, struct pdma_dfr_tables
 				uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint32_t hint,
 				uint32_t *pmax, uint32_t *hhint);
 __global__ void dfr_copy_pass(const uint8_t *slots, uint32_t slot_size, uint32_t n, uint32_t stride,
-			      uint8_t *out, const uint4 *wl, const unsigned long long *flags, unsigned long long epoch);
+			      uint8_t *out, const uint4 *wl, const unsigned long long *flags, unsigned long long epoch,
+			      uint32_t early);
 
 /* ---- the handle ---- */
 

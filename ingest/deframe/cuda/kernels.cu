@@ -560,7 +560,8 @@ struct win {
  * plus the work list's payload offset. U 2 at 6 blocks per SM: DESIGN.md. */
 __global__ void __launch_bounds__(256, DFR_COPY_MINB)
 	dfr_copy_pass(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
-		      uint8_t *out, const uint4 *wl, const unsigned long long *flags, unsigned long long epoch)
+		      uint8_t *out, const uint4 *wl, const unsigned long long *flags, unsigned long long epoch,
+		      uint32_t early)
 {
 	constexpr int U = DFR_COPY_U;
 	const uint32_t total = n * stride; /* < 2^32: checked on the host */
@@ -568,7 +569,11 @@ __global__ void __launch_bounds__(256, DFR_COPY_MINB)
 	 * block copies (their release, in hdr_pass_body), not for the whole
 	 * header grid. The grid starts once every header block has started
 	 * (programmatic launch), so each awaited block is running or done. */
-	if (threadIdx.x == 0) {
+	if (blockIdx.x >= early) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+		asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+	} else if (threadIdx.x == 0) {
 		const uint32_t k0 = blockIdx.x * (256u * U);
 		const uint32_t k1 = (k0 + 256u * U < total ? k0 + 256u * U : total) - 1;
 		for (uint32_t h = (k0 / stride) >> 8; h <= (k1 / stride) >> 8; h++) {
