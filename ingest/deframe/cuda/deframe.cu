@@ -153,7 +153,8 @@ static int launch_copy(struct pdma_gpu_dfr *g, cudaStream_t s, const uint8_t *sr
 	 * rest for the grid (default 1). */
 	const char *ee = getenv("PEERDMA_DFR_EARLY");
 	const int em = ee && *ee ? atoi(ee) : 1;
-	uint32_t early = em == 0 ? 0u : em == 2 ? (uint32_t)g->sms * DFR_COPY_MINB * 2u : 0xffffffffu;
+	uint32_t early = em == 0 ? 0u : em == 2 ? (uint32_t)g->sms * DFR_COPY_MINB * 2u
+				 : em == 3 ? (uint32_t)g->sms * DFR_COPY_MINB : 0xffffffffu;
 	void *args[] = { &src, &slot_size, &n, &stride, &out, &wl, &fl, &ep, &early };
 	CK(g, cudaLaunchKernelExC(&cfg, (const void *)dfr_copy_pass, args));
 	return 0;

@@ -595,7 +595,9 @@ __global__ void __launch_bounds__(256, DFR_COPY_MINB)
 		const uint32_t k = base + 256u * q;
 		p[q] = k / stride;
 		u[q] = k - p[q] * stride;
-		e[q] = k < total ? __ldcg(&wl[p[q]]) : make_uint4(0, 0, 0, 0); /* written in this grid's time */
+		/* An early block's entries were written while this grid ran:
+		 * not through the non-coherent path. */
+		e[q] = k >= total ? make_uint4(0, 0, 0, 0) : blockIdx.x < early ? __ldcg(&wl[p[q]]) : __ldg(&wl[p[q]]);
 	}
 	uint4 l0[U], l1[U];
 	uintptr_t aw[U];
