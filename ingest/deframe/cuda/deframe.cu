@@ -101,13 +101,9 @@ static int tp_reserve(struct pdma_gpu_dfr *g, int si, uint32_t n)
 	if (g->tpcap[si] >= n)
 		return 0;
 	cudaFree(g->tpwl[si]);
-	cudaFree(g->tpflag[si]);
 	g->tpwl[si] = NULL;
-	g->tpflag[si] = NULL;
 	g->tpcap[si] = 0;
 	CK(g, cudaMalloc(&g->tpwl[si], (size_t)n * sizeof(uint4)));
-	CK(g, cudaMalloc(&g->tpflag[si], ((size_t)n + 255) / 256 * sizeof(unsigned long long)));
-	CK(g, cudaMemset(g->tpflag[si], 0, ((size_t)n + 255) / 256 * sizeof(unsigned long long)));
 	g->tpcap[si] = n;
 	return 0;
 }
@@ -130,7 +126,7 @@ static uint32_t copy_stride(struct pdma_gpu_dfr *g, uint32_t lmax, uint32_t *hin
  * offset). Programmatic dependent launch: the copy grid's launch overlaps
  * the header pass's tail (it waits for its completion on the device). */
 static int launch_copy(struct pdma_gpu_dfr *g, cudaStream_t s, const uint8_t *src, uint32_t slot_size,
-		       uint32_t n, uint32_t stride, const uint4 *wl, int si)
+		       uint32_t n, uint32_t stride, const uint4 *wl)
 {
 	const uint64_t thr = (uint64_t)n * stride;
 	cudaLaunchConfig_t cfg;
@@ -145,17 +141,7 @@ static int launch_copy(struct pdma_gpu_dfr *g, cudaStream_t s, const uint8_t *sr
 	cfg.attrs = at;
 	cfg.numAttrs = 1;
 	uint8_t *out = g->t.out;
-	const unsigned long long *fl = g->tpflag[si];
-	unsigned long long ep = g->tpepoch[si];
-	/* EXPERIMENT: PEERDMA_DFR_EARLY: 0 every copy block waits for the
-	 * header grid (griddepcontrol.wait), 1 every block waits for its
-	 * header blocks' flags, 2 the first two waves of blocks by flags, the
-	 * rest for the grid (default 1). */
-	const char *ee = getenv("PEERDMA_DFR_EARLY");
-	const int em = ee && *ee ? atoi(ee) : 1;
-	uint32_t early = em == 0 ? 0u : em == 2 ? (uint32_t)g->sms * DFR_COPY_MINB * 2u
-				 : em == 3 ? (uint32_t)g->sms * DFR_COPY_MINB : 0xffffffffu;
-	void *args[] = { &src, &slot_size, &n, &stride, &out, &wl, &fl, &ep, &early };
+	void *args[] = { &src, &slot_size, &n, &stride, &out, &wl };
 	CK(g, cudaLaunchKernelExC(&cfg, (const void *)dfr_copy_pass, args));
 	return 0;
 }
@@ -186,15 +172,12 @@ static int launch_tp(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_si
 	const uint8_t *sl = (const uint8_t *)slots;
 	uint4 *wl = g->tpwl[si];
 	if (parts & DFR_PASS_HDR) {
-		unsigned long long *fl = g->tpflag[si];
-		unsigned long long ep = ++g->tpepoch[si];
-		void *ha[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &wl, &stride, &hintk, &g->d_pmax, &g->hint_d,
-			       &fl, &ep };
+		void *ha[] = { &g->c, &g->t, &sl, &slot_size, &n, &d_desc, &wl, &stride, &hintk, &g->d_pmax, &g->hint_d };
 		CK(g, cudaLaunchKernel((const void *)dfr_hdr_pass, dim3((n + 255) / 256), dim3(256), ha, 0, s));
 	}
 	if (!(parts & DFR_PASS_COPY))
 		return 0;
-	return launch_copy(g, s, sl, slot_size, n, stride, wl, si);
+	return launch_copy(g, s, sl, slot_size, n, stride, wl);
 }
 
 /* v16: one launch of the header pass whose warps copy their own payloads. */
@@ -493,7 +476,6 @@ static void g_close(struct pdma_gpu_dfr *g)
 	for (int i = 0; i < 2; i++) {
 		cudaFree(g->stage[i]);
 		cudaFree(g->tpwl[i]);
-		cudaFree(g->tpflag[i]);
 		if (g->s[i])
 			cudaStreamDestroy(g->s[i]);
 		if (g->ev[i])
@@ -739,13 +721,10 @@ static int frames_launch(struct pdma_gpu_dfr *g, const struct pdma_frm_cfg *fc, 
 		uint32_t cnt = std::min(per, n - first);
 		const struct pdma_frame *fp = frames + first;
 		struct pdma_dfr_desc *dp = d_desc ? d_desc + first : NULL;
-		unsigned long long *fl = g->tpflag[0];
-		unsigned long long ep = ++g->tpepoch[0];
-		void *ha[] = { &g->c, &g->t, &f, &base, &fp, &cnt, &dp, &wl, &stride, &hintk, &g->d_pmax, &g->hint_d,
-			       &fl, &ep };
+		void *ha[] = { &g->c, &g->t, &f, &base, &fp, &cnt, &dp, &wl, &stride, &hintk, &g->d_pmax, &g->hint_d };
 		CK(g, cudaLaunchKernel((const void *)dfr_frm_hdr_pass, dim3((cnt + 255) / 256), dim3(256), ha, 0, s));
 		/* frame rings: slot size 0, each descriptor names its frame's offset */
-		ret = launch_copy(g, s, base, 0, cnt, stride, wl, 0);
+		ret = launch_copy(g, s, base, 0, cnt, stride, wl);
 		if (ret)
 			return ret;
 	}

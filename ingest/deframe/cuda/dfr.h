@@ -33,12 +33,11 @@ __global__ void dfr_onepass(struct pdma_dfr_config c, struct pdma_dfr_tables t, 
 			    uint32_t *pmax, uint32_t *hhint);
 __global__ void dfr_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,
 			     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl,
-			     uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint, unsigned long long *flags,
-			     unsigned long long epoch);
+			     uint32_t stride, uint32_t hint, uint32_t *pmax, uint32_t *hhint);
 __global__ void dfr_frm_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, struct pdma_frm_cfg fc,
 				 const uint8_t *base, const struct pdma_frame *frames, uint32_t n,
 				 struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint, uint32_t *pmax,
-				 uint32_t *hhint, unsigned long long *flags, unsigned long long epoch);
+				 uint32_t *hhint);
 __global__ void dfr_small_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *slots,
 			       uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint32_t hint,
 			       uint32_t *pmax, uint32_t *hhint);
@@ -49,8 +48,7 @@ __global__ void dfr_tiny80_pass(struct pdma_dfr_config c, struct pdma_dfr_tables
 				uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint32_t hint,
 				uint32_t *pmax, uint32_t *hhint);
 __global__ void dfr_copy_pass(const uint8_t *slots, uint32_t slot_size, uint32_t n, uint32_t stride,
-			      uint8_t *out, const uint4 *wl, const unsigned long long *flags, unsigned long long epoch,
-			      uint32_t early);
+			      uint8_t *out, const uint4 *wl);
 
 /* ---- the handle ---- */
 
@@ -86,8 +84,6 @@ struct pdma_gpu_dfr {
 	uint64_t grebuilds;           /* graph shapes instantiated again after a refused update */
 	uint4 *tpwl[2];               /* two-pass work list per stream */
 	size_t tpcap[2];              /* its entries */
-	unsigned long long *tpflag[2]; /* EXPERIMENT: per header block, the epoch whose entries it wrote */
-	unsigned long long tpepoch[2]; /* ... the latest header pass's epoch on the stream */
 	uint32_t *hint_h, *hint_d;    /* longest payload seen (mapped host word; 0 unknown) */
 	uint32_t *d_pmax;             /* ... its device-side maximum */
 	uint32_t auto_min;            /* auto: v11 once the longest payload seen is this long */

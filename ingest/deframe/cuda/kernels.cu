@@ -355,8 +355,7 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 						     const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n,
 						     struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint,
 						     uint32_t *pmax, uint32_t *hhint, const struct pdma_frame *frames,
-						     const struct pdma_frm_cfg &fc, unsigned long long *flags = nullptr,
-						     unsigned long long epoch = 0)
+						     const struct pdma_frm_cfg &fc)
 {
 	__shared__ unsigned long long s_keys[DFR_CACHE];
 	__shared__ uint32_t s_plen[DFR_CACHE];
@@ -450,23 +449,15 @@ __device__ __forceinline__ static void hdr_pass_body(const struct pdma_dfr_confi
 		const uint32_t old = atomicMax(pmax, s_red);
 		*(volatile uint32_t *)hhint = old > s_red ? old : s_red;
 	}
-	if constexpr (!SELF) {
-		/* EXPERIMENT: the block's work-list entries are written (the
-		 * barrier above): release them to the copy blocks that wait
-		 * for this block (dfr_copy_pass). */
-		if (threadIdx.x == 0)
-			asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(flags + blockIdx.x), "l"(epoch)
-				     : "memory");
-	}
 }
 
 __global__ void __launch_bounds__(256)
 	dfr_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, const uint8_t *__restrict__ slots,
 		     uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride,
-		     uint32_t hint, uint32_t *pmax, uint32_t *hhint, unsigned long long *flags, unsigned long long epoch)
+		     uint32_t hint, uint32_t *pmax, uint32_t *hhint)
 {
 	const struct pdma_frm_cfg fc = {};
-	hdr_pass_body<false>(c, t, slots, slot_size, n, desc, wl, stride, hint, pmax, hhint, nullptr, fc, flags, epoch);
+	hdr_pass_body<false>(c, t, slots, slot_size, n, desc, wl, stride, hint, pmax, hhint, nullptr, fc);
 }
 
 /* v16, one pass for small payloads: v11's header pass (fast path, one
@@ -520,9 +511,9 @@ __global__ void __launch_bounds__(256)
 	dfr_frm_hdr_pass(struct pdma_dfr_config c, struct pdma_dfr_tables t, struct pdma_frm_cfg fc,
 			 const uint8_t *__restrict__ base, const struct pdma_frame *__restrict__ frames, uint32_t n,
 			 struct pdma_dfr_desc *desc, uint4 *wl, uint32_t stride, uint32_t hint, uint32_t *pmax,
-			 uint32_t *hhint, unsigned long long *flags, unsigned long long epoch)
+			 uint32_t *hhint)
 {
-	hdr_pass_body<true>(c, t, base, 0, n, desc, wl, stride, hint, pmax, hhint, frames, fc, flags, epoch);
+	hdr_pass_body<true>(c, t, base, 0, n, desc, wl, stride, hint, pmax, hhint, frames, fc);
 }
 
 /* 16 bytes starting m (1..15) bytes into lo, continuing into hi. */
@@ -560,33 +551,13 @@ struct win {
  * plus the work list's payload offset. U 2 at 6 blocks per SM: DESIGN.md. */
 __global__ void __launch_bounds__(256, DFR_COPY_MINB)
 	dfr_copy_pass(const uint8_t *__restrict__ slots, uint32_t slot_size, uint32_t n, uint32_t stride,
-		      uint8_t *out, const uint4 *wl, const unsigned long long *flags, unsigned long long epoch,
-		      uint32_t early)
+		      uint8_t *out, const uint4 *__restrict__ wl)
 {
 	constexpr int U = DFR_COPY_U;
-	const uint32_t total = n * stride; /* < 2^32: checked on the host */
-	/* EXPERIMENT: wait only for the header blocks whose packets this
-	 * block copies (their release, in hdr_pass_body), not for the whole
-	 * header grid. The grid starts once every header block has started
-	 * (programmatic launch), so each awaited block is running or done. */
-	if (blockIdx.x >= early) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-		asm volatile("griddepcontrol.wait;" ::: "memory");
+	asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-	} else if (threadIdx.x == 0) {
-		const uint32_t k0 = blockIdx.x * (256u * U);
-		const uint32_t k1 = (k0 + 256u * U < total ? k0 + 256u * U : total) - 1;
-		for (uint32_t h = (k0 / stride) >> 8; h <= (k1 / stride) >> 8; h++) {
-			for (;;) {
-				unsigned long long v;
-				asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(flags + h) : "memory");
-				if (v >= epoch)
-					break;
-				__nanosleep(128);
-			}
-		}
-	}
-	__syncthreads();
+	const uint32_t total = n * stride; /* < 2^32: checked on the host */
 	const uint32_t base = blockIdx.x * (256u * U) + threadIdx.x;
 	uint4 e[U];
 	uint32_t p[U], u[U];
@@ -595,9 +566,7 @@ __global__ void __launch_bounds__(256, DFR_COPY_MINB)
 		const uint32_t k = base + 256u * q;
 		p[q] = k / stride;
 		u[q] = k - p[q] * stride;
-		/* An early block's entries were written while this grid ran:
-		 * not through the non-coherent path. */
-		e[q] = k >= total ? make_uint4(0, 0, 0, 0) : blockIdx.x < early ? __ldcg(&wl[p[q]]) : __ldg(&wl[p[q]]);
+		e[q] = k < total ? __ldg(&wl[p[q]]) : make_uint4(0, 0, 0, 0);
 	}
 	uint4 l0[U], l1[U];
 	uintptr_t aw[U];
