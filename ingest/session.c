@@ -601,8 +601,12 @@ void pdma_ingest_totals(struct pdma_ingest *ing, struct pdma_ingest_totals *t)
 		t->truncated += atomic_load_explicit(&x->st.truncated, memory_order_relaxed);
 		t->socket_drops += atomic_load_explicit(&x->st.socket_drops, memory_order_relaxed);
 		t->ring_overruns += atomic_load_explicit(&x->ring.overruns, memory_order_relaxed);
-		t->rx_cpu_s += x->cpu_s;
-		t->rx_sys_s += x->sys_s;
+		/* Written as the thread ends, which may be before the stop
+		 * (a receive error): read only once stop has joined it. */
+		if (!ing->started) {
+			t->rx_cpu_s += x->cpu_s;
+			t->rx_sys_s += x->sys_s;
+		}
 		t->gro_buffers += atomic_load_explicit(&x->st.buffers, memory_order_relaxed);
 		t->xdp_invalid += atomic_load_explicit(&x->st.xdp_invalid, memory_order_relaxed);
 		t->xdp_stack += atomic_load_explicit(&x->st.xdp_stack, memory_order_relaxed);
