@@ -211,8 +211,10 @@ int pdma_ingest_open(const struct pdma_ingest_attr *a, struct pdma_ingest **ing,
 		     size_t msglen);
 uint16_t pdma_ingest_port(const struct pdma_ingest *ing);
 int pdma_ingest_start(struct pdma_ingest *ing);
-/* Drains what has arrived, publishes every block still open (gaps flagged),
- * then ends the subscriptions: pdma_sub_next returns -EPIPE once drained. */
+/* Drains what has arrived (until the source has been quiet for 20 ms, 0.5 s
+ * at most: traffic that goes on does not hold the stop up), publishes every
+ * block still open (gaps flagged), then ends the subscriptions:
+ * pdma_sub_next returns -EPIPE once drained. */
 int pdma_ingest_stop(struct pdma_ingest *ing);
 /* Every receive thread ended on its own (an error or a revocation). */
 bool pdma_ingest_ended(struct pdma_ingest *ing);

@@ -248,6 +248,7 @@ int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bo
 		    struct pdma_rx_stats *st)
 {
 	struct gro_rx *g;
+	uint64_t since = 0;
 	int ret;
 
 	if (!batch || batch > PDMA_RX_MAX_BATCH)
@@ -281,15 +282,12 @@ int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bo
 		int got = g->seg ? recv_direct(g, &head, &n, &ovfl) : recv_batch(g, &head, &n, &ovfl);
 		if (got <= 0) {
 			if (got == 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-				if (atomic_load(stop)) {
-					pdma_rx_socket_drops(fd, st);
-					ret = 0;
-					break;
-				}
+				if (pdma_rx_stop_now(stop, true, &since))
+					goto stopped;
 				continue;
 			}
 			ret = -errno;
-			break;
+			goto out;
 		}
 		if (ovfl)
 			atomic_store_explicit(&st->socket_drops, ovfl, memory_order_relaxed);
@@ -302,7 +300,12 @@ int pdma_rx_gro_run(int fd, struct pdma_ring *r, uint32_t batch, const atomic_bo
 		atomic_fetch_add_explicit(&st->bytes, n.bytes, memory_order_relaxed);
 		/* Publish: the slots' contents happen-before the consumer's acquire. */
 		atomic_store_explicit(&r->head, head, memory_order_release);
+		if (pdma_rx_stop_now(stop, false, &since))
+			goto stopped;
 	}
+stopped:
+	pdma_rx_socket_drops(fd, st);
+	ret = 0;
 out:
 	if (g->bounce != MAP_FAILED && g->bounce)
 		munmap(g->bounce, g->bounce_bytes);

@@ -159,7 +159,7 @@ static int arm(struct pdma_rx_uring *u)
 int pdma_rx_uring_run(struct pdma_rx_uring *u, const atomic_bool *stop, struct pdma_rx_stats *st)
 {
 	struct pdma_ring *r = u->r;
-	uint64_t seq = 0, since_drops = 0;
+	uint64_t seq = 0, since_drops = 0, since = 0;
 	uint32_t full_waits = 0;
 	int ret = 0;
 
@@ -186,7 +186,7 @@ int pdma_rx_uring_run(struct pdma_rx_uring *u, const atomic_bool *stop, struct p
 		int e = io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
 		if (e == -ETIME || e == -EINTR) {
 			pdma_rx_socket_drops(u->fd, st);
-			if (atomic_load(stop))
+			if (pdma_rx_stop_now(stop, true, &since))
 				break; /* drained: nothing for QUIET_NS */
 			continue;
 		}
@@ -242,7 +242,7 @@ int pdma_rx_uring_run(struct pdma_rx_uring *u, const atomic_bool *stop, struct p
 				since_drops = 0;
 			}
 		}
-		if (ret)
+		if (ret || pdma_rx_stop_now(stop, false, &since))
 			break;
 	}
 	pdma_rx_socket_drops(u->fd, st);

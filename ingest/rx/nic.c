@@ -156,7 +156,7 @@ int pdma_rx_nic_run(struct pdma_rx_nic *n, const atomic_bool *stop, pdma_rx_nic_
 	struct pdma_nic_cqe cqe[POLL_MAX];
 	struct pdma_frame fr[POLL_MAX];
 	uint32_t bufs[POLL_MAX];
-	uint64_t frames = 0;
+	uint64_t frames = 0, since = 0;
 	bool draining = false, revoked = false;
 	int ret = 0;
 
@@ -224,6 +224,8 @@ int pdma_rx_nic_run(struct pdma_rx_nic *n, const atomic_bool *stop, pdma_rx_nic_
 				return -errno;
 			revoked = true;
 		}
+		if (pdma_rx_stop_now(stop, false, &since))
+			return ret;
 	}
 }
 

@@ -90,6 +90,7 @@ int pdma_rx_recvmmsg_run(int fd, struct pdma_ring *r, uint32_t batch, struct pdm
 			 const atomic_bool *stop, struct pdma_rx_stats *st)
 {
 	uint32_t seq = 0;
+	uint64_t since = 0;
 
 	if (!batch || batch > PDMA_RX_MAX_BATCH)
 		return -EINVAL;
@@ -98,7 +99,7 @@ int pdma_rx_recvmmsg_run(int fd, struct pdma_ring *r, uint32_t batch, struct pdm
 
 		if (got < 0)
 			return got;
-		if (got == 0 && atomic_load(stop)) {
+		if (pdma_rx_stop_now(stop, got == 0, &since)) {
 			pdma_rx_socket_drops(fd, st);
 			return 0;
 		}

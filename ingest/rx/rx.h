@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "rx/ring.h"
 
@@ -39,6 +40,37 @@ struct pdma_rx_stats {
 					    * socket instead (not redirected) */
 };
 
+/*
+ * The stop rule every receive loop follows. After a stop request the loop
+ * goes on receiving what has already arrived, until its source has been quiet
+ * for one receive timeout (20 ms), so a session that ends after its traffic
+ * counts every datagram, received or dropped. It does so for
+ * PDMA_RX_DRAIN_NS at most. A source that never pauses, a live radio, must
+ * not hold the stop up: before this bound, `peerdma ingest --duration` or
+ * Ctrl-C never ended a session whose traffic went on. What arrives after the
+ * bound stays in the socket and goes with it.
+ * quiet: the last receive found nothing. *since: 0 before the first call;
+ * the loop's own. Cost while no stop is requested: one load (a plain
+ * load on x86).
+ */
+#define PDMA_RX_DRAIN_NS 500000000ull
+static inline bool pdma_rx_stop_now(const atomic_bool *stop, bool quiet, uint64_t *since)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	/* acquire: what the stopping thread wrote before the stop is seen */
+	if (!atomic_load_explicit(stop, memory_order_acquire))
+		return false;
+	if (quiet)
+		return true;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (!*since)
+		*since = now;
+	return now - *since >= PDMA_RX_DRAIN_NS;
+}
+
 /* ---- socket.c ---- */
 /* A UDP socket bound to bind_addr (NULL: 127.0.0.1) and port (0: ephemeral),
  * shareable with SO_REUSEPORT, reporting kernel drops, with an rcvbuf-byte
@@ -55,7 +87,8 @@ void pdma_rx_socket_drops(int fd, struct pdma_rx_stats *st);
 #define PDMA_RX_MAX_BATCH 256
 struct pdma_rx_sim_dma;
 /* Receives batches of up to batch (<= PDMA_RX_MAX_BATCH) datagrams into ring r
- * until *stop is set and the socket's receive timeout passes. With dma, the
+ * until *stop is set and the socket's receive timeout passes (at most
+ * PDMA_RX_DRAIN_NS after the stop: pdma_rx_stop_now). With dma, the
  * datagrams land in the device's buffer and the device writes them into r
  * (the direct path). 0 or a negative errno. */
 int pdma_rx_recvmmsg_run(int fd, struct pdma_ring *r, uint32_t batch, struct pdma_rx_sim_dma *dma,
@@ -99,7 +132,8 @@ uint32_t pdma_rx_gro_split(struct pdma_ring *r, uint64_t *head, const uint8_t *b
  * provided-buffer rings (before Linux 5.19), as does pdma_ingest_open_config with
  * rx_io io_uring.
  * run() receives until *stop is set and the socket has been quiet for 20 ms
- * (what it holds is drained first); 0 or a negative errno. */
+ * (what it holds is drained first, for PDMA_RX_DRAIN_NS at most:
+ * pdma_rx_stop_now); 0 or a negative errno. */
 struct pdma_rx_uring;
 int pdma_rx_uring_open(struct pdma_rx_uring **u, int fd, struct pdma_ring *r);
 int pdma_rx_uring_run(struct pdma_rx_uring *u, const atomic_bool *stop, struct pdma_rx_stats *st);
@@ -145,7 +179,8 @@ int pdma_rx_xsk_open(struct pdma_rx_xsk **s, struct pdma_rx_xdp *x, uint32_t que
 		     size_t msglen);
 /* Frames from the XDP socket into slots of r, and datagrams the program did
  * not redirect from the UDP socket fd, until *stop is set and both have been
- * quiet for 20 ms. 0 or a negative errno. */
+ * quiet for 20 ms (PDMA_RX_DRAIN_NS at most: pdma_rx_stop_now). 0 or a
+ * negative errno. */
 int pdma_rx_xsk_run(struct pdma_rx_xsk *s, int fd, struct pdma_ring *r, uint32_t batch,
 		    const atomic_bool *stop, struct pdma_rx_stats *st);
 void pdma_rx_xdp_info(const struct pdma_rx_xdp *x, struct pdma_rx_xdp_info *i);

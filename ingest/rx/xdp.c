@@ -453,12 +453,16 @@ int pdma_rx_xsk_run(struct pdma_rx_xsk *s, int fd, struct pdma_ring *r, uint32_t
 	struct pollfd p[2] = { { .fd = xsk_socket__fd(s->xsk), .events = POLLIN },
 			       { .fd = fd, .events = POLLIN } };
 	uint32_t seq = 0;
+	uint64_t since = 0;
 
 	if (!batch || batch > PDMA_RX_MAX_BATCH)
 		return -EINVAL;
 	for (;;) {
-		if (xsk_batch(s, r, batch, &seq, st))
+		if (xsk_batch(s, r, batch, &seq, st)) {
+			if (pdma_rx_stop_now(stop, false, &since))
+				break;
 			continue;
+		}
 		/* The RX ring is empty: sleep until either socket has
 		 * something, or 20 ms (the UDP paths' receive timeout) to look
 		 * at stop. The UDP socket, which gets only what the program
@@ -476,11 +480,11 @@ int pdma_rx_xsk_run(struct pdma_rx_xsk *s, int fd, struct pdma_ring *r, uint32_t
 						  atomic_load_explicit(&st->datagrams, memory_order_relaxed) - d0,
 						  memory_order_relaxed);
 		}
-		if (e == 0 && atomic_load(stop)) {
-			drops(s, fd, st);
-			return 0;
-		}
+		if (pdma_rx_stop_now(stop, e == 0, &since))
+			break;
 	}
+	drops(s, fd, st);
+	return 0;
 }
 
 #else /* !PDMA_HAVE_XDP */

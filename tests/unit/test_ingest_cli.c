@@ -322,8 +322,21 @@ static void test_gen_gso_to_ingest(void **state)
 	gen_to_ingest_with("recvmmsg", "--gso");
 }
 
-/* --threads N: with the same seed each stream sends and injects exactly the
- * same as with one thread (and as the pcap writer, pdma_gen_next's order). */
+/* A stop while gen goes on sending ends within the drain bound, for each
+ * receive I/O (support/gen_vs_ingest.h; AF_XDP's in test_rx_xdp). Before
+ * the bound the loops waited for 20 ms of quiet and ran as long as gen did. */
+static void test_stop_under_traffic(void **state)
+{
+	(void)state;
+	stop_under_traffic(tool, dir, free_port(), "--rx recvmmsg", "-d 1");
+	stop_under_traffic(tool, dir, free_port(), "--rx recvmmsg", "");
+	stop_under_traffic(tool, dir, free_port(), "--rx gro", "-d 1");
+	if (sh("%s ingest --rx io_uring -p %u -d 0.05 -q -j /dev/null 2>/dev/null", tool, free_port()) == 0)
+		stop_under_traffic(tool, dir, free_port(), "--rx io_uring", "-d 1");
+	else
+		printf("io_uring receive unavailable here: its stop not checked\n");
+}
+
 /* An idle ingest backs its deframer's polling off (ingest/session.c,
  * dfr_idle_sleep): its threads together wake about 1,000 times a second
  * (voluntary context switches, summed over /proc/PID/task), where a fixed
@@ -342,6 +355,8 @@ static void test_idle_wakeups(void **state)
 			    dir, tool, port, dir, dir, dir, dir), 0);
 }
 
+/* --threads N: with the same seed each stream sends and injects exactly the
+ * same as with one thread (and as the pcap writer, pdma_gen_next's order). */
 static void test_gen_threads_same_injection(void **state)
 {
 	(void)state;
@@ -389,6 +404,7 @@ int main(void)
 		cmocka_unit_test(test_gen_gso_to_ingest),
 		cmocka_unit_test(test_gen_threads_same_injection),
 		cmocka_unit_test(test_idle_wakeups),
+		cmocka_unit_test(test_stop_under_traffic),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

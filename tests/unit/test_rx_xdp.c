@@ -7,8 +7,9 @@
  * another port's and another address's traffic is untouched; a frame whose
  * IPv4 header checksum is wrong is counted invalid and never reaches a slot;
  * a full ring and a full RX ring drop, and count, exactly what found no
- * room; the errors say what is wrong; and `peerdma gen | peerdma ingest --rx
- * xdp` agree on every injected loss, duplicate and reordering.
+ * room; the errors say what is wrong; `peerdma gen | peerdma ingest --rx
+ * xdp` agree on every injected loss, duplicate and reordering; and a stop
+ * under traffic that goes on is not held up.
  *
  * Needs root (a network namespace, an XDP program, an XDP socket); skipped,
  * saying why, otherwise, and where the build or the kernel has no AF_XDP.
@@ -411,6 +412,24 @@ static void test_gen_to_ingest(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* A stop while gen goes on sending ends within the drain bound on the XDP
+ * path too (support/gen_vs_ingest.h). */
+static void test_stop_under_traffic(void **state)
+{
+	const char *tool = getenv("PEERDMA_TOOL");
+	char dir[] = "/tmp/pdma-xdp-XXXXXX", cmd[64];
+
+	(void)state;
+	if (!tool) {
+		printf("skipped: PEERDMA_TOOL not set (run through ctest)\n");
+		skip();
+	}
+	assert_non_null(mkdtemp(dir));
+	stop_under_traffic(tool, dir, 4996, "--rx xdp", "-d 1");
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -422,6 +441,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rx_ring_full_drops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gen_to_ingest, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stop_under_traffic, setup, teardown),
 	};
 	struct pdma_rx_xdp *x = NULL;
 	struct ifreq ifr = { 0 };

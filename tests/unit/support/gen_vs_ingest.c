@@ -35,6 +35,40 @@ void gen_to_ingest_run(const char *tool, const char *dir, uint16_t port, const c
 	assert_non_null(*ingest);
 }
 
+void stop_under_traffic(const char *tool, const char *dir, uint16_t port, const char *ingest_args,
+			const char *how)
+{
+	char cmd[2048], p[256];
+	json_error_t err;
+	json_t *j;
+	int st, want = *how ? 0 : 124;
+
+	snprintf(cmd, sizeof(cmd), "%s gen -p %u -s 1 -n 200000 -r 20000 >/dev/null 2>&1 & echo $! >%s/gen.pid",
+		 tool, port, dir);
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "%s %s ingest -p %u %s %s -q -j %s/stop.json 2>%s/stop.err",
+		 *how ? "" : "timeout -s INT 1", tool, port, ingest_args, how, dir, dir);
+	st = system(cmd);
+	st = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	/* gen may be gone already (it sent its 10 s: ingest ran as long) */
+	snprintf(cmd, sizeof(cmd), "kill $(cat %s/gen.pid) 2>/dev/null; [ %d = %d ] || cat %s/stop.err; true",
+		 dir, st, want, dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(st, want);
+	snprintf(p, sizeof(p), "%s/stop.json", dir);
+	j = json_load_file(p, 0, &err);
+	assert_non_null(j);
+	double secs = json_real_value(json_object_get(j, "seconds"));
+	json_int_t n = json_integer_value(json_object_get(j, "datagrams"));
+	printf("ingest %s, %s: stopped after %.2f s, %lld datagrams\n", ingest_args,
+	       *how ? how : "SIGINT at 1 s", secs, (long long)n);
+	/* datagrams came (the stop had traffic to wait for); 1 s, the
+	 * bound, and 1 s for a loaded machine or a sanitizer */
+	assert_true(n > 0);
+	assert_true(secs < 2.5);
+	json_decref(j);
+}
+
 static json_t *stream_by_id(json_t *arr, json_int_t id)
 {
 	size_t i;
