@@ -96,7 +96,8 @@ static void usage(FILE *f, const struct pdma_ingest_ext *x)
 		"                        published as zeros) or backpressure (the receive path drops)\n"
 		"  -d, --duration S      stop after S seconds\n"
 		"  -c, --count N         stop after N datagrams\n"
-		"  -i, --idle MS         stop MS milliseconds after the last datagram (default: never)\n"
+		"  -i, --idle MS         stop MS milliseconds after the last datagram arrived (received,\n"
+		"                        or dropped by a full receive ring; default: never)\n"
 		"  -j, --json FILE       write the JSON summary to FILE ('-' = stdout, the default)\n"
 		"  -q, --quiet           no live progress line\n"
 		"  -h, --help\n"
@@ -474,8 +475,11 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 		struct pdma_ingest_totals t;
 		pdma_ingest_totals(ing, &t);
 		double now = now_s();
-		if (t.datagrams != last_n) {
-			last_n = t.datagrams;
+		/* Idle: nothing arrived. A datagram a full ring dropped arrived
+		 * too: a deframer stalled by a backpressure subscriber (a slow
+		 * disk, a paused flowgraph) must not look like quiet traffic. */
+		if (t.datagrams + t.ring_overruns != last_n) {
+			last_n = t.datagrams + t.ring_overruns;
 			t_last = now;
 		}
 		if ((duration > 0 && now - t0 >= duration) || (count && t.datagrams >= count) ||
@@ -517,6 +521,14 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 				json_integer_value(json_object_get(s, "class_mismatch")),
 				json_integer_value(json_object_get(s, "late")));
 		}
+		/* Drops before the deframer: a stream's "lost" sees them only
+		 * where a later packet of it came through, never at its end. */
+		json_int_t ovr = json_integer_value(json_object_get(j, "ring_overruns")),
+			   sdr = json_integer_value(json_object_get(j, "socket_drops"));
+		if (ovr || sdr)
+			fprintf(stderr, "dropped before the deframer: %lld datagram(s) by a full receive "
+					"ring (the deframer fell behind), %lld by the kernel (socket buffer full)\n",
+				(long long)ovr, (long long)sdr);
 	}
 	FILE *jf = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
 	if (!jf) {

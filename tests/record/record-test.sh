@@ -19,12 +19,14 @@ cleanup() {
 trap cleanup EXIT
 . "$(dirname "$0")/../lib/check-python.sh" record-test
 
-# record_path PATH: 0 checked, 77 no CUDA device for it, else failed.
-record_path() {
-	local path=$1 d=$tmp/$1 port=
-	mkdir -p "$d"
-	"$tool" record --path "$path" --port 0 --dir "$d" --prefix cap --idle 1500 \
-		--json "$d/summary.json" 2>"$d/record.err" &
+# start_record DIR OPTIONS...: record into DIR in the background (rpid), its
+# UDP port in port once it listens (empty if it never did), stderr in
+# DIR/record.err, the summary in DIR/summary.json
+start_record() {
+	local d=$1
+	shift
+	port=
+	"$tool" record --port 0 --dir "$d" --prefix cap --json "$d/summary.json" "$@" 2>"$d/record.err" &
 	rpid=$!
 	# up to 60 s: a sanitizer's runtime starts slowly
 	for _ in $(seq 600); do
@@ -33,6 +35,13 @@ record_path() {
 		kill -0 "$rpid" 2>/dev/null || break
 		sleep 0.1
 	done
+}
+
+# record_path PATH: 0 checked, 77 no CUDA device for it, else failed.
+record_path() {
+	local path=$1 d=$tmp/$1
+	mkdir -p "$d"
+	start_record "$d" --path "$path" --idle 1500
 	if [ -z "$port" ]; then
 		kill "$rpid" 2>/dev/null || true
 		wait "$rpid" || true
@@ -73,6 +82,37 @@ for p in host-staged zero-copy; do
 	record_path "$p" || st=$?
 	[ "$st" = 0 ] || [ "$st" = 77 ] || exit 1
 done
+
+# --idle while the deframer is stalled. The writer blocks (its data file is a
+# FIFO nobody reads yet), its queue fills, the backpressure policy holds the
+# deframer, and the 64-slot ring drops what gen goes on sending. Those
+# datagrams arrived: --idle must not end the session until gen stops. Then
+# every datagram gen sent was received or counted dropped, and the final
+# report names the ring's drops. (Before, idle counted only datagrams that
+# got a slot, and the session stopped 0.3 s into the stall.)
+d=$tmp/stall
+mkdir -p "$d"
+mkfifo "$d/cap-0x1000.sigmf-data"
+start_record "$d" --policy backpressure --no-sync --idle 300 --ring-slots 64
+[ -n "$port" ] || { echo "record-test: stall: record did not start"; cat "$d/record.err"; exit 1; }
+"$tool" gen --port "$port" --streams 1 --packets 40000 --rate 20000 >/dev/null 2>"$d/gen.err"
+timeout 120 cat "$d/cap-0x1000.sigmf-data" >/dev/null &
+if ! wait "$rpid"; then
+	rpid=
+	echo "record-test: stall: peerdma record failed"; cat "$d/record.err"; exit 1
+fi
+rpid=
+"$py" - "$d/summary.json" <<'PY' || { cat "$d/record.err"; exit 1; }
+import json, sys
+s = json.load(open(sys.argv[1]))
+arrived = s["datagrams"] + s["ring_overruns"] + s["socket_drops"]
+print("stall: %d datagrams received, %d dropped by the full ring, %d by the kernel, of 40001 sent"
+      % (s["datagrams"], s["ring_overruns"], s["socket_drops"]))
+assert s["ring_overruns"] > 0, "the deframer never stalled: the case did not happen"
+assert arrived == 40001, "the session stopped while gen was sending"
+PY
+grep -q "dropped before the deframer: [1-9][0-9]* datagram(s) by a full receive ring" "$d/record.err" ||
+	{ echo "record-test: stall: the report does not name the ring's drops"; cat "$d/record.err"; exit 1; }
 
 # Refusal, with its one line.
 if "$tool" record --port 0 --dir "$tmp/none" --duration 0.1 -q >/dev/null 2>"$tmp/e1"; then
