@@ -6,7 +6,9 @@
 #            half and nothing else), the consumers' gap counts are the
 #            session's losses, nothing dropped; again with --stage (the
 #            staging path GPU blocks take where UCX has no CUDA) and with
-#            --eager-max (every block an eager message)
+#            --eager-max (every block an eager message); every datagram gen
+#            sent received or counted dropped, and a run that dropped some
+#            (a loaded machine) runs again at a quarter of the rate
 #  kill      one consumer killed (SIGKILL) mid-run and restarted under its
 #            name: the other's streams complete; every block of the session
 #            sent or counted as dropped (gone) for the dead one; and one
@@ -119,16 +121,26 @@ f = s.get("forward", {})
 streams = {x["stream_id"]: x for x in s.get("streams", [])}
 c = {x["name"]: x for x in f.get("consumers", [])}
 a, b = load("a.json"), load("b.json")
+def pcap_records():
+    """the datagrams gen sent: its pcap's records"""
+    import struct
+    data, off, n = open(os.path.join(d, "sent.pcap"), "rb").read(), 24, 0
+    while off + 16 <= len(data):
+        off += 16 + struct.unpack_from("<I", data, off + 8)[0]
+        n += 1
+    return n
 if not eval(expr):
     print("does not hold: %s" % expr)
-    print(json.dumps({"forward": f, "a": a, "b": b}, indent=1)[:4000])
+    rx = {k: s.get(k) for k in ("datagrams", "ring_overruns", "socket_drops")}
+    print(json.dumps({"receive": rx, "forward": f, "a": a, "b": b}, indent=1)[:4000])
     sys.exit(1)
 PY
 }
 
+# split MODE [RATE]: gen at RATE datagrams a second (default 40000)
 split() {
-	local mode=$1
-	d=$tmp/split-$mode
+	local mode=$1 rate=${2:-40000} over
+	d=$tmp/split-$mode-$rate
 	mkdir -p "$d"
 	# eager: every block an eager AM (--eager-max), copied out of UCX's
 	# receive buffers by the consumer instead of received in place
@@ -138,10 +150,27 @@ split() {
 	fi
 	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
 	start_consumer cb "$run_b" "$conn_b" b 0x1002,0x1003
-	gen --streams 4 --packets 3000 --loss 10 --loss-burst 2 --dup 10 --reorder 10 --rate 40000
+	gen --streams 4 --packets 3000 --loss 10 --loss-burst 2 --dup 10 --reorder 10 --rate "$rate"
 	wait "$fpid" || fail "forward failed"
 	wait "$ca" || fail "consumer a failed"
 	wait "$cb" || fail "consumer b failed"
+	# Every datagram gen sent was received or counted dropped before the
+	# deframer. Drops there (the forwarder's thread, which holds the
+	# deframer back, a ring's worth behind on a loaded machine) can take
+	# a stream's last packets, which no "lost" counts: CI once saw that
+	# under TSan, and no forwarding check can hold after it. Such a run
+	# goes again at a quarter of the rate.
+	json 's["datagrams"] + s["ring_overruns"] + s["socket_drops"] == pcap_records()' ||
+		fail "datagrams neither received nor counted dropped"
+	over=$("$py" -c 'import json, sys; s = json.load(open(sys.argv[1])); print(s["ring_overruns"] + s["socket_drops"])' \
+		"$d/fwd.json")
+	if [ "$over" != 0 ]; then
+		[ "$rate" = 40000 ] || fail "receive path overloaded at $rate datagrams a second too ($over dropped)"
+		echo "forward-test: split ($mode): $over datagrams dropped before the deframer at 40000 a second" \
+			"(the machine is loaded); again at 10000"
+		split "$mode" 10000
+		return
+	fi
 	sigmf a 0x1000,0x1001 || fail "consumer a's recordings"
 	sigmf b 0x1002,0x1003 || fail "consumer b's recordings"
 	# the consumers' gaps are the session's losses, nothing dropped
