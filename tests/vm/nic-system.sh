@@ -17,7 +17,7 @@
 # arrives; the host compares its gaps with gen's pcap), record (`peerdma
 # record`'s SigMF recordings of the NIC's streams, checked on the host),
 # revoke (the GPU memory freed while the NIC receives), kill (kill -9 of
-# ingest while the NIC receives), tx (VITA-49 frames built in
+# ingest while the NIC receives), stop (SIGINT while frames arrive), tx (VITA-49 frames built in
 # GPU memory, transmitted by the NIC: `peerdma gen --eth --nic`; the host
 # compares them with its own gen's). After each: no pin left.
 # usage: nic-system SEED (the generators' seed, the host's too)
@@ -200,6 +200,26 @@ else
 	not_attached "kill: ingest attached the NIC"
 fi
 pins_zero "kill -9"
+
+# -- stop: SIGINT while frames keep arriving. The receive loop drains for
+# 0.5 s at most after a stop (ingest/rx/rx.h, pdma_rx_stop_now); before
+# that bound it waited for the NIC to be quiet, i.e. for gen's 12 s to end.
+if ingest_bg stop --nic-bufs 256; then
+	pdtest nicctl "RUN stop"
+	sleep 2
+	t0=$(date +%s)
+	kill -INT $pid
+	bounded_wait $pid 60
+	st=$?
+	t=$(($(date +%s) - t0))
+	sed 's/^/  /' /tmp/stop.err
+	[ $st = 0 ] && [ $t -le 6 ] && grep -q '"datagrams": [1-9]' /tmp/stop.json
+	res $? "stop: ingest ended $t s after SIGINT while frames arrived, with a report (exit status $st)"
+	host_done stop
+else
+	not_attached "stop: ingest attached the NIC"
+fi
+pins_zero stop
 
 # -- tx: the NIC sends VITA-49 frames from GPU pages (tests/vm/run repeats
 # this gen command on the host with --pcap-only and compares)
