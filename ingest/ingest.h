@@ -109,7 +109,8 @@ struct pdma_ingest_totals {
 	uint64_t socket_drops;    /* kernel drops (SO_RXQ_OVFL) */
 	uint64_t truncated;       /* datagrams larger than a slot */
 	double ring_fill;         /* worst ring fill now, 0..1 */
-	double rx_cpu_s;          /* receive threads' CPU time, summed (after stop; 0 before) */
+	double rx_cpu_s;          /* receive threads' CPU time, summed over those that have
+				   * ended (all of them after stop) */
 	double rx_sys_s;          /* ... of which in the kernel (system time) */
 	uint64_t gro_buffers;     /* rx_io gro: receive buffers the datagrams came in */
 	uint64_t xdp_invalid;     /* rx_io xdp: frames with no datagram of ours (checksum, lengths) */

@@ -37,6 +37,7 @@ struct rx_thread {
 	struct pdma_rx_stats st;
 	double cpu_s;                 /* the thread's CPU time (user + system), at its end */
 	double sys_s;                 /* ... of which system time */
+	atomic_bool ended;            /* cpu_s and sys_s written (release) */
 	int err;
 };
 
@@ -362,6 +363,7 @@ static void *rx_main(void *arg)
 		t->cpu_s = (double)cpu.tv_sec + cpu.tv_nsec * 1e-9;
 	if (getrusage(RUSAGE_THREAD, &ru) == 0)
 		t->sys_s = (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+	atomic_store_explicit(&t->ended, true, memory_order_release);
 	atomic_fetch_sub(&ing->rx_live, 1);
 	return NULL;
 }
@@ -489,6 +491,8 @@ int pdma_ingest_start(struct pdma_ingest *ing)
 	ing->last_work = ing->t_start;
 	ing->flushed = true; /* nothing to publish before the first work */
 	atomic_store(&ing->rx_live, (int)ing->nrx);
+	for (uint32_t i = 0; i < ing->nrx; i++)
+		atomic_store(&ing->rx[i].ended, false);
 	for (uint32_t i = 0; i < ing->nrx; i++) {
 		int e = pthread_create(&ing->rx[i].th, NULL, rx_main, &ing->rx[i]);
 		if (e) {
@@ -602,8 +606,8 @@ void pdma_ingest_totals(struct pdma_ingest *ing, struct pdma_ingest_totals *t)
 		t->socket_drops += atomic_load_explicit(&x->st.socket_drops, memory_order_relaxed);
 		t->ring_overruns += atomic_load_explicit(&x->ring.overruns, memory_order_relaxed);
 		/* Written as the thread ends, which may be before the stop
-		 * (a receive error): read only once stop has joined it. */
-		if (!ing->started) {
+		 * (a receive error) while this runs in another thread. */
+		if (atomic_load_explicit(&x->ended, memory_order_acquire)) {
 			t->rx_cpu_s += x->cpu_s;
 			t->rx_sys_s += x->sys_s;
 		}

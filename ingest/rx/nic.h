@@ -69,8 +69,9 @@ struct pdma_rx_nic;
  * with PDMA_MR_REVOKE_EVENTS. A negative errno with a line in msg. */
 int pdma_rx_nic_open(struct pdma_rx_nic **n, const struct pdma_rx_nic_config *c,
 		     struct pdma_domain *dom, struct pdma_eq *eq, char *msg, size_t msglen);
-/* Steps 2-4 until *stop (then drains what completed, for
- * PDMA_RX_DRAIN_NS at most: pdma_rx_stop_now) or revocation (-ENODEV). Updates st (datagrams, bytes: frames as the NIC delivered them). */
+/* Steps 2-4 until *stop (then drains what completed, for PDMA_RX_DRAIN_NS
+ * at most: pdma_rx_stop_now) or revocation (-ENODEV). Updates st
+ * (datagrams, bytes: frames as the NIC delivered them). */
 int pdma_rx_nic_run(struct pdma_rx_nic *n, const atomic_bool *stop, pdma_rx_nic_fn fn, void *arg,
 		    struct pdma_rx_stats *st);
 /* The driver's counters (include/uapi/peerdma_nic.h). */
