@@ -491,9 +491,8 @@ int pdma_ingest_start(struct pdma_ingest *ing)
 	ing->last_work = ing->t_start;
 	ing->flushed = true; /* nothing to publish before the first work */
 	atomic_store(&ing->rx_live, (int)ing->nrx);
-	for (uint32_t i = 0; i < ing->nrx; i++)
-		atomic_store(&ing->rx[i].ended, false);
 	for (uint32_t i = 0; i < ing->nrx; i++) {
+		atomic_store(&ing->rx[i].ended, false);
 		int e = pthread_create(&ing->rx[i].th, NULL, rx_main, &ing->rx[i]);
 		if (e) {
 			/* Threads already running stop; the others never started. */

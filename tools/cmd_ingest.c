@@ -478,8 +478,9 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 		/* Idle: nothing arrived. A datagram a full ring dropped arrived
 		 * too: a deframer stalled by a backpressure subscriber (a slow
 		 * disk, a paused flowgraph) must not look like quiet traffic. */
-		if (t.datagrams + t.ring_overruns != last_n) {
-			last_n = t.datagrams + t.ring_overruns;
+		uint64_t arrived = t.datagrams + t.ring_overruns;
+		if (arrived != last_n) {
+			last_n = arrived;
 			t_last = now;
 		}
 		if ((duration > 0 && now - t0 >= duration) || (count && t.datagrams >= count) ||

@@ -181,7 +181,7 @@ int pdma_rx_nic_run(struct pdma_rx_nic *n, const atomic_bool *stop, pdma_rx_nic_
 		if (!p.n) {
 			if (draining)
 				return ret;
-			if (atomic_load_explicit(stop, memory_order_relaxed))
+			if (pdma_rx_stop_now(stop, true, &since))
 				draining = true; /* one more non-blocking poll */
 			else if ((ret = fn(arg, 0, NULL, NULL, 0)))
 				return ret; /* idle tick */
