@@ -326,6 +326,18 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 	if (ret)
 		return ret == 1 ? 0 : 2;
 
+	/* Caught from here on, not once the session is open: setting up a
+	 * session takes up to seconds (ring registration, the CUDA driver, the
+	 * NIC), and a SIGTERM in that window used to kill the process without
+	 * its report, a SIGINT to a background job (ignored until a handler is
+	 * installed) was lost. A signal during setup ends the session as soon
+	 * as it has started. SA_RESTART: the setup's blocking calls (ioctl,
+	 * connect) are not to fail with EINTR; the receive loops and the wait
+	 * below see EINTR regardless (signal(7)). */
+	struct sigaction act = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
+	sigaction(SIGINT, &act, NULL);
+	sigaction(SIGTERM, &act, NULL);
+
 	struct pdma_ingest_config c = a.c;
 	const char *json_path = a.json_path;
 	bool quiet = a.quiet, reg = a.reg;
@@ -398,7 +410,7 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 		else if (c.rx_io == PDMA_RX_IO_URING && ret == -EOPNOTSUPP)
 			fprintf(stderr, "%s: io_uring receive unavailable here: needs Linux 5.19 "
 					"and io_uring allowed; --rx recvmmsg works everywhere\n", me);
-		else if (c.rx_io == PDMA_RX_IO_XDP && msg[0])
+		else if ((c.rx_io == PDMA_RX_IO_XDP || ret == -EINVAL) && msg[0])
 			fprintf(stderr, "%s: %s\n", me, msg);
 		else if (c.rx_io == PDMA_RX_IO_GRO && ret == -EOPNOTSUPP)
 			fprintf(stderr, "%s: UDP GRO receive unavailable here: needs Linux 5.0; "
@@ -406,8 +418,6 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 		else if (ret == -ENOENT)
 			fprintf(stderr, "%s: the GPU deframer module (libpeerdma_vrt_cuda.so) "
 					"was not built or not found (set PEERDMA_VRT_CUDA)\n", me);
-		else if (ret == -EINVAL && msg[0])
-			fprintf(stderr, "%s: %s\n", me, msg);
 		else
 			fprintf(stderr, "%s: cannot set up port %u: %s%s\n", me, c.port,
 				strerror(-ret),
@@ -417,9 +427,6 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 	}
 	if (!quiet && isatty(STDERR_FILENO))
 		pdma_ingest_set_progress(ing, stderr);
-	struct sigaction sa = { .sa_handler = on_signal };
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
 	struct pdma_ingest_zmq *zmq = NULL;
 	if (a.zmq.endpoint) {
 		/* The public API's block defaults (pdma_ingest_attr_init): 64
