@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,13 +16,25 @@
 #include "gen/gen.h"
 #include "opt.h"
 
+/* The one global: a signal handler can reach nothing else, and a lock-free
+ * atomic is what it may store to. */
+static atomic_bool stop_sending;
+_Static_assert(ATOMIC_BOOL_LOCK_FREE == 2, "a signal handler stores stop_sending");
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	atomic_store(&stop_sending, true);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: peerdma gen [OPTIONS]\n"
 		"Send VITA-49 signal data packets (DIFI-style: stream ID, class ID, UTC integer and\n"
 		"sample-count fractional timestamps, optional trailer) over UDP, with deterministic\n"
-		"injected loss, reordering and duplication.\n\n"
+		"injected loss, reordering and duplication. SIGINT or SIGTERM ends every stream after\n"
+		"its event in progress: the report counts what was sent, the pcap is whole.\n\n"
 		"  -H, --host ADDR        destination IPv4 address (default 127.0.0.1)\n"
 		"  -p, --port N           destination UDP port (default 4991)\n"
 		"  -s, --streams N        number of streams (default 4)\n"
@@ -272,6 +286,14 @@ int pdma_cmd_gen(int argc, char **argv)
 
 	if (ret)
 		return ret == 1 ? 0 : 2;
+	/* A stop ends each stream where its receiver's accounting still
+	 * equals what the report says was sent (pdma_gen_finish), and closes
+	 * the pcap whole; killed, gen left neither. SA_RESTART: a send blocked
+	 * on a full socket buffer goes on. */
+	struct sigaction act = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
+	sigaction(SIGINT, &act, NULL);
+	sigaction(SIGTERM, &act, NULL);
+
 	struct pdma_gen_config c = a.c;
 	struct pdma_gen_send_opts so = a.so;
 	const char *pcap = a.pcap;
@@ -294,6 +316,7 @@ int pdma_cmd_gen(int argc, char **argv)
 		}
 	}
 	char msg[256] = "";
+	so.stop = &stop_sending;
 	if (a.eth) {
 		so.host = a.to_host;
 		so.port = a.to_port; /* 0 with --pcap-only: nothing sent */
@@ -304,7 +327,7 @@ int pdma_cmd_gen(int argc, char **argv)
 		else if (!ret)
 			ret = pdma_gen_send_eth(g, &so, &a.e);
 	} else if (pcap_only) {
-		ret = pdma_gen_write_pcap(g, pf, so.host, so.port);
+		ret = pdma_gen_write_pcap(g, pf, so.host, so.port, &stop_sending);
 	} else {
 		so.pcap = pf;
 		ret = pdma_gen_send(g, &so);
@@ -317,9 +340,12 @@ int pdma_cmd_gen(int argc, char **argv)
 		pdma_gen_close(g);
 		return 1;
 	}
+	bool stopped = atomic_load(&stop_sending);
+	uint64_t total = 0;
 	json_t *arr = json_array();
 	for (uint32_t i = 0; i < c.streams; i++) {
 		const struct pdma_gen_inject *in = pdma_gen_injected(g, i);
+		total += in->sent + in->context;
 		if (json) {
 			json_t *o = json_object();
 			json_object_set_new(o, "stream_id", json_integer(c.stream_id_base + i));
@@ -340,6 +366,8 @@ int pdma_cmd_gen(int argc, char **argv)
 		json_t *o = json_object();
 		json_object_set_new(o, "packet_size", json_integer(c.packet_size));
 		json_object_set_new(o, "packets_per_stream", json_integer((json_int_t)c.packets));
+		/* by a signal: the streams' "sent" say how far each got */
+		json_object_set_new(o, "stopped", json_boolean(stopped));
 		json_object_set_new(o, "streams", arr);
 		if (a.eth) {
 			json_t *m = json_object();
@@ -361,6 +389,10 @@ int pdma_cmd_gen(int argc, char **argv)
 			fprintf(stderr, "frames: %llu good, %llu malformed\n", (unsigned long long)a.e.good,
 				(unsigned long long)pdma_gen_eth_malformed(&a.e));
 	}
+	if (stopped)
+		fprintf(stderr, "peerdma gen: stopped by a signal after %llu %s%s\n",
+			(unsigned long long)(a.eth ? a.e.good + pdma_gen_eth_malformed(&a.e) : total),
+			a.eth ? "frame(s)" : "datagram(s)", pcap_only ? " (written to the pcap)" : "");
 	pdma_gen_eth_fini(&a.e);
 	pdma_gen_close(g);
 	return 0;

@@ -31,16 +31,20 @@ int pdma_gen_eth_batches(struct pdma_gen *g, const struct pdma_gen_send_opts *o,
 {
 	uint32_t len[PDMA_GEN_ETH_BATCH], nb = 0, si;
 	uint64_t sent = 0;
+	bool finished = false;
 	int ret, n;
 
 	if (o->pcap)
 		pdma_gen_pcap_header(o->pcap);
 	double t0 = pdma_gen_now();
 	do {
-		bool stop = o->stop && atomic_load(o->stop);
 		uint8_t *b = buf + (size_t)nb * slot;
 
-		n = stop ? 0 : pdma_gen_eth_next(e, g, b, slot, &si);
+		if (o->stop && !finished && atomic_load(o->stop)) {
+			pdma_gen_finish(g); /* what the events owe, then 0 */
+			finished = true;
+		}
+		n = pdma_gen_eth_next(e, g, b, slot, &si);
 		if (n < 0)
 			return n;
 		if (n > 0) {

@@ -18,6 +18,8 @@
 
 struct gen_stream {
 	uint64_t next;       /* next packet index to decide on */
+	uint64_t end;        /* decide no packet from here: the config's count, or
+			      * where a stop left the stream (pdma_gen_iter_finish) */
 	uint64_t q[2];       /* pending packet indices, q[0] first */
 	uint32_t nq;
 	uint32_t turn;       /* datagrams sent in the current turn */
@@ -106,8 +108,10 @@ int pdma_gen_open(const struct pdma_gen_config *c, struct pdma_gen **out)
 	 * or after ts_start. */
 	g->k0 = ((uint64_t)c->ts_start * c->sample_rate + g->spp - 1) / g->spp;
 	pdma_gen_iter_init(g, &g->it, 0, 1, GEN_BURST);
-	for (uint32_t i = 0; i < c->streams; i++)
+	for (uint32_t i = 0; i < c->streams; i++) {
 		g->s[i].rng = c->seed * 0x100000001b3ull + i;
+		g->s[i].end = c->packets;
+	}
 	*out = g;
 	return 0;
 }
@@ -138,7 +142,7 @@ static void refill(struct pdma_gen *g, struct gen_stream *s)
 {
 	uint64_t n = g->c.packets;
 
-	while (s->nq == 0 && s->next < n) {
+	while (s->nq == 0 && s->next < s->end) {
 		uint64_t k = s->next;
 		uint32_t r = (uint32_t)(splitmix(&s->rng) % 1000);
 		uint32_t b = g->c.loss_burst;
@@ -238,7 +242,7 @@ int pdma_gen_iter_next(struct pdma_gen *g, struct pdma_gen_iter *it, uint8_t *bu
 	while (it->live) {
 		uint32_t si = it->cur;
 		struct gen_stream *s = &g->s[si];
-		if (s->turn >= it->burst || (s->nq == 0 && s->next >= g->c.packets)) {
+		if (s->turn >= it->burst || (s->nq == 0 && s->next >= s->end)) {
 			s->turn = 0;
 			it->cur += it->step;
 			if (it->cur >= g->c.streams)
@@ -260,7 +264,7 @@ int pdma_gen_iter_next(struct pdma_gen *g, struct pdma_gen_iter *it, uint8_t *bu
 		uint64_t k = s->q[0];
 		s->q[0] = s->q[1];
 		s->nq--;
-		if (s->nq == 0 && s->next >= g->c.packets)
+		if (s->nq == 0 && s->next >= s->end)
 			it->live--;
 		s->inj.sent++;
 		return build_data(g, si, k, buf, cap);
@@ -271,4 +275,21 @@ int pdma_gen_iter_next(struct pdma_gen *g, struct pdma_gen_iter *it, uint8_t *bu
 int pdma_gen_next(struct pdma_gen *g, uint8_t *buf, size_t cap, uint32_t *stream)
 {
 	return pdma_gen_iter_next(g, &g->it, buf, cap, stream);
+}
+
+void pdma_gen_iter_finish(struct pdma_gen *g, struct pdma_gen_iter *it)
+{
+	it->live = 0;
+	for (uint32_t i = it->first; i < g->c.streams; i += it->step) {
+		struct gen_stream *s = &g->s[i];
+
+		s->end = s->next;
+		if (s->nq)
+			it->live++;
+	}
+}
+
+void pdma_gen_finish(struct pdma_gen *g)
+{
+	pdma_gen_iter_finish(g, &g->it);
 }

@@ -58,6 +58,12 @@ void pdma_gen_close(struct pdma_gen *g);
  * the first or last packet of a stream (so loss stays detectable), nor
  * reorders or duplicates them. */
 int pdma_gen_next(struct pdma_gen *g, uint8_t *buf, size_t cap, uint32_t *stream);
+/* End every stream early (a stop): pdma_gen_next returns what the streams'
+ * events in progress still owe (a duplicate's second copy, the held packet of
+ * a swap), then 0. A loss is decided together with the packet after it, so
+ * every event counted is one a receiver sees, and its accounting of what was
+ * sent still equals the counts exactly. */
+void pdma_gen_finish(struct pdma_gen *g);
 const struct pdma_gen_inject *pdma_gen_injected(const struct pdma_gen *g, uint32_t stream);
 uint32_t pdma_gen_payload_len(const struct pdma_gen_config *c);
 /* The sample word (big-endian on the wire) at absolute sample s of stream id. */
@@ -75,7 +81,8 @@ struct pdma_gen_send_opts {
 	uint16_t port;        /* default 4991 */
 	double rate_pps;      /* total datagrams per second, 0 = unpaced */
 	FILE *pcap;           /* optional: also write an Ethernet/IPv4/UDP pcap */
-	atomic_bool *stop;    /* optional */
+	atomic_bool *stop;    /* optional: once set, the streams end as after
+			       * pdma_gen_finish, each sender on its own streams */
 	uint32_t threads;     /* sender threads (0 = 1, at most one per stream; 1 with
 			       * pcap): thread t owns streams t, t + T, ... and their
 			       * sockets and sends its share of rate_pps. What each
@@ -118,7 +125,8 @@ struct pdma_gen_nic {
 };
 int pdma_gen_send_nic(struct pdma_gen *g, const struct pdma_gen_send_opts *o, struct pdma_gen_eth *e,
 		      const struct pdma_gen_nic *nc, char *msg, size_t msglen);
-/* pcap only (no network). */
-int pdma_gen_write_pcap(struct pdma_gen *g, FILE *f, const char *host, uint16_t port);
+/* pcap only (no network); stop (optional) as in pdma_gen_send_opts. */
+int pdma_gen_write_pcap(struct pdma_gen *g, FILE *f, const char *host, uint16_t port,
+			const atomic_bool *stop);
 
 #endif /* PDMA_INGEST_GEN_GEN_H */

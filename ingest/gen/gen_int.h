@@ -34,6 +34,10 @@ void pdma_gen_iter_init(const struct pdma_gen *g, struct pdma_gen_iter *it, uint
  * the subset, or a negative errno. */
 int pdma_gen_iter_next(struct pdma_gen *g, struct pdma_gen_iter *it, uint8_t *buf, size_t cap,
 		       uint32_t *stream);
+/* Stop deciding packets for the subset's streams: each still sends what its
+ * queue holds (a duplicate's second copy, the held packet of a swap), then
+ * ends; the next calls return those, then 0. */
+void pdma_gen_iter_finish(struct pdma_gen *g, struct pdma_gen_iter *it);
 const struct pdma_gen_config *pdma_gen_get_config(const struct pdma_gen *g);
 
 /* send.c: sendmmsg all nb messages on fd (retrying what the kernel
