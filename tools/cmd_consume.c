@@ -58,7 +58,8 @@ static const char consume_usage[] =
 	"usage: peerdma consume [OPTIONS]\n"
 	"Receive sample blocks from a peerdma forward over UCX: the same blocks, tags,\n"
 	"gaps and context as a local subscriber gets. Ends when the forwarder's session\n"
-	"ends (exit 0) or the forwarder goes away (exit 1).\n\n"
+	"ends (exit 0), on SIGINT or SIGTERM (exit 0, the summary says \"stopped\") or when\n"
+	"the forwarder goes away (exit 1).\n\n"
 	"      --connect A:P     the forwarder's UCX listener (default 127.0.0.1:4992,\n"
 	"                        peerdma forward's; it prints the one it has)\n"
 	"      --streams IDS     stream IDs, comma-separated (default: every stream)\n"
@@ -218,7 +219,8 @@ int pdma_cmd_consume(int argc, char **argv)
 	struct pdma_sigmf *w = NULL;
 	struct pdma_consume_stats s;
 	struct pdma_sub_stats ss;
-	struct sigaction act = { .sa_handler = on_signal };
+	/* SA_RESTART: the connection's setup is not to fail with EINTR */
+	struct sigaction act = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
 	char msg[256];
 	int ret, status = 0, werr = 0;
 	double t_first = 0, t_last = 0;
@@ -228,6 +230,10 @@ int pdma_cmd_consume(int argc, char **argv)
 	ret = parse(argc, argv, &o);
 	if (ret)
 		return ret == 1 ? 0 : 2;
+	/* caught from the start, as peerdma ingest's: a signal during the
+	 * setup ends the run once it has started, with its summary */
+	sigaction(SIGINT, &act, NULL);
+	sigaction(SIGTERM, &act, NULL);
 	if (o.dir && (stat(o.dir, &st) || !S_ISDIR(st.st_mode))) {
 		fprintf(stderr, "peerdma consume: --dir %s: not a directory\n", o.dir);
 		return 1;
@@ -263,8 +269,6 @@ int pdma_cmd_consume(int argc, char **argv)
 		pdma_consume_close(c);
 		return 1;
 	}
-	sigaction(SIGINT, &act, NULL);
-	sigaction(SIGTERM, &act, NULL);
 	/* always printed: the tests wait for it before gen starts */
 	fprintf(stderr, "peerdma consume: '%s' receiving from %s:%u (%u packets a block)\n", o.name, o.host,
 		o.port, pdma_consume_block_packets(c));
@@ -300,7 +304,8 @@ int pdma_cmd_consume(int argc, char **argv)
 			(unsigned long long)in.samples, (unsigned long long)in.missing, in.captures,
 			in.meta_path);
 	}
-	if (!s.ended) {
+	/* a stop asked for by a signal is neither the end nor a loss */
+	if (!s.ended && !got_signal) {
 		fprintf(stderr, "peerdma consume: the forwarder went away before the end%s%s\n",
 			s.error ? ": " : "", s.error ? strerror(-s.error) : "");
 		status = 1;

@@ -12,7 +12,8 @@
 #  kill      one consumer killed (SIGKILL) mid-run and restarted under its
 #            name: the other's streams complete; every block of the session
 #            sent or counted as dropped (gone) for the dead one; and one
-#            stopped for 40 ms with 2 credits loses nothing (its queue)
+#            stopped for 40 ms with 2 credits loses nothing (its queue);
+#            one stopped by SIGINT exits 0 saying so
 #  bad       garbage bytes to the UCX listener, a HELLO of random bytes, a
 #            wrong protocol version (each: a clear refusal), a consumer
 #            that never returns a credit and one stopped (SIGSTOP) mid-run
@@ -208,6 +209,29 @@ pause() {
 	echo "forward-test: pause: passed"
 }
 
+# A consumer stopped by SIGINT mid-run exits 0 and its summary says
+# "stopped"; before, it said the forwarder had gone away and exited 1. Its
+# JSON and the recordings' metadata are written; the session goes on.
+stop_consumer() {
+	d=$tmp/stop
+	mkdir -p "$d"
+	start_fwd
+	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
+	local gp rc=0
+	gen_bg --streams 2 --packets 12000 --loss 5 --rate 8000
+	has_data a 0x1000
+	kill -INT "$ca"
+	wait "$ca" || rc=$?
+	[ "$rc" = 0 ] || fail "consumer a stopped by SIGINT: exit $rc"
+	grep -q "; stopped$" "$d/a.err" || fail "a's summary does not say stopped"
+	if grep -q "went away" "$d/a.err"; then fail "a's stop reported as the forwarder going away"; fi
+	[ -s "$d/a/cap-0x1000.sigmf-meta" ] || fail "a's recording has no metadata"
+	json 'a["blocks"] > 0 and not a["ended"]' || fail "a's summary"
+	wait "$gp" || fail "gen failed"
+	wait "$fpid" || fail "forward failed"
+	echo "forward-test: stop: passed ($(tail -1 "$d/a.err"))"
+}
+
 kill_one() {
 	d=$tmp/kill
 	mkdir -p "$d"
@@ -335,7 +359,7 @@ st=0
 for c in $cases; do
 	case $c in
 	split) split direct; split stage; split eager ;;
-	kill) kill_one; pause ;;
+	kill) kill_one; pause; stop_consumer ;;
 	bad) bad ;;
 	gpu) gpu || st=$? ;;
 	*) echo "forward-test: unknown case $c"; exit 2 ;;
