@@ -5,7 +5,8 @@
 # valid, data equal to what was sent, a capture exactly after each loss.
 # The cpu path always; the GPU paths (host-staged, zero-copy: blocks in GPU
 # memory) where a CUDA device is, else they say "skipped: no CUDA device".
-# Then a refusal: a missing --dir.
+# SIGINT to gen and then to record mid-stream: the recordings equal what gen
+# says it sent. Then a refusal: a missing --dir.
 # usage: tests/record/record-test.sh PEERDMA_TOOL
 set -euo pipefail
 tool=$1
@@ -113,6 +114,38 @@ assert arrived == 40001, "the session stopped while gen was sending"
 PY
 grep -q "dropped before the deframer: [1-9][0-9]* datagram(s) by a full receive ring" "$d/record.err" ||
 	{ echo "record-test: stall: the report does not name the ring's drops"; cat "$d/record.err"; exit 1; }
+
+# SIGINT to both ends, as a person ends a live capture. gen (paced, 10^8
+# packets a stream) stopped 1 s in ends each stream after its event in
+# progress and its pcap holds what it sent; record, stopped a moment later
+# (its --idle far off), writes the metadata on the signal. The recordings
+# then equal gen's pcap sample for sample, a capture after each loss.
+# (Before, SIGINT did not reach a background gen at all: the watchdog's
+# SIGKILL ends it and the case fails.)
+d=$tmp/signals
+mkdir -p "$d"
+start_record "$d" --idle 60000
+[ -n "$port" ] || { echo "record-test: signals: record did not start"; cat "$d/record.err"; exit 1; }
+"$tool" gen --port "$port" --streams 2 --packets 100000000 --loss 10 --loss-burst 2 --dup 10 \
+	--reorder 10 --seed 7 --rate 20000 --pcap "$d/sent.pcap" >/dev/null 2>"$d/gen.err" &
+gp=$!
+sleep 1
+kill -INT "$gp"
+(sleep 10; kill -9 "$gp") 2>/dev/null &
+wd=$!
+if ! wait "$gp"; then
+	echo "record-test: signals: gen did not end cleanly on SIGINT"; cat "$d/gen.err"; exit 1
+fi
+kill "$wd" 2>/dev/null || true
+sleep 0.5
+kill -INT "$rpid"
+if ! wait "$rpid"; then
+	rpid=
+	echo "record-test: signals: peerdma record failed on SIGINT"; cat "$d/record.err"; exit 1
+fi
+rpid=
+"$py" "$src/sigmf_check.py" "$d" cap "$d/sent.pcap" 10000000 || { cat "$d/gen.err" "$d/record.err"; exit 1; }
+echo "record-test: signals: $(cat "$d/gen.err")"
 
 # Refusal, with its one line.
 if "$tool" record --port 0 --dir "$tmp/none" --duration 0.1 -q >/dev/null 2>"$tmp/e1"; then
