@@ -95,7 +95,8 @@ static void usage(FILE *f, const struct pdma_ingest_ext *x)
 		"      --zmq-policy P    drop-oldest (default: a slow flowgraph loses whole blocks,\n"
 		"                        published as zeros) or backpressure (the receive path drops)\n"
 		"  -d, --duration S      stop after S seconds\n"
-		"  -c, --count N         stop after N datagrams\n"
+		"  -c, --count N         stop after N datagrams (at least: every stop still takes in\n"
+		"                        what is queued, up to 0.5 s more under traffic that goes on)\n"
 		"  -i, --idle MS         stop MS milliseconds after the last datagram arrived (received,\n"
 		"                        or dropped by a full receive ring; default: never)\n"
 		"  -j, --json FILE       write the JSON summary to FILE ('-' = stdout, the default)\n"
@@ -476,6 +477,8 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 			: c.path == PDMA_RX_ZERO_COPY ? "zero-copy (GPU)" : "cpu");
 	double t0 = now_s(), t_last = t0;
 	uint64_t last_n = 0;
+	/* why the session ended: the report's last line, the JSON's "ended_by" */
+	const char *ended_by = "signal";
 	while (!got_signal) {
 		struct timespec ts = { 0, 20 * 1000 * 1000 };
 		nanosleep(&ts, NULL);
@@ -490,10 +493,15 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 			last_n = arrived;
 			t_last = now;
 		}
-		if ((duration > 0 && now - t0 >= duration) || (count && t.datagrams >= count) ||
-		    (idle_s > 0 && last_n && now - t_last >= idle_s) || pdma_ingest_ended(ing) ||
-		    (zmq && pdma_ingest_zmq_failed(zmq)))
+		ended_by = duration > 0 && now - t0 >= duration ? "duration"
+			   : count && t.datagrams >= count ? "count"
+			   : idle_s > 0 && last_n && now - t_last >= idle_s ? "idle"
+			   : pdma_ingest_ended(ing) ? "receive" /* the receive threads ended: an error */
+			   : zmq && pdma_ingest_zmq_failed(zmq) ? "subscriber"
+			   : NULL;
+		if (ended_by)
 			break;
+		ended_by = "signal";
 	}
 	ret = pdma_ingest_stop(ing);
 	if (ret == -ENODEV && c.path == PDMA_RX_NIC) {
@@ -505,6 +513,7 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 		status = 1;
 	}
 	json_t *j = pdma_ingest_json(ing, now_s() - t0);
+	json_object_set_new(j, "ended_by", json_string(ended_by));
 	if (zmq) {
 		/* the stop published every open block: drain them to the subscribers */
 		if (pdma_ingest_zmq_finish(zmq, j, &got_signal))
@@ -537,6 +546,14 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 			fprintf(stderr, "dropped before the deframer: %lld datagram(s) by a full receive "
 					"ring (the deframer fell behind), %lld by the kernel (socket buffer full)\n",
 				(long long)ovr, (long long)sdr);
+		fprintf(stderr, "%s: ended by %s after %.2f s\n", me,
+			!strcmp(ended_by, "duration") ? "--duration"
+			: !strcmp(ended_by, "count") ? "--count"
+			: !strcmp(ended_by, "idle") ? "--idle (no datagram for that long)"
+			: !strcmp(ended_by, "receive") ? "the receive path (an error, above)"
+			: !strcmp(ended_by, "subscriber") ? "the --zmq subscriber path failing"
+			: "a signal",
+			json_real_value(json_object_get(j, "seconds")));
 	}
 	FILE *jf = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
 	if (!jf) {

@@ -334,6 +334,7 @@ static void test_stop_under_traffic(void **state)
 	(void)state;
 	stop_under_traffic(tool, dir, free_port(), "--rx recvmmsg", "-d 1");
 	stop_under_traffic(tool, dir, free_port(), "--rx recvmmsg", "");
+	stop_under_traffic(tool, dir, free_port(), "--rx recvmmsg", "-c 5000");
 	stop_under_traffic(tool, dir, free_port(), "--rx gro", "-d 1");
 	if (sh("%s ingest --rx io_uring -p %u -d 0.05 -q -j /dev/null 2>/dev/null", tool, free_port()) == 0)
 		stop_under_traffic(tool, dir, free_port(), "--rx io_uring", "-d 1");
@@ -677,6 +678,7 @@ static void signal_during_setup(int sig)
 	json_t *j = json_load_file(json, 0, &e);
 	assert_non_null(j);
 	assert_int_equal(json_integer_value(json_object_get(j, "datagrams")), 0);
+	assert_string_equal(json_string_value(json_object_get(j, "ended_by")), "signal");
 	json_decref(j);
 }
 

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <cmocka.h>
 
@@ -33,6 +34,7 @@ void gen_to_ingest_run(const char *tool, const char *dir, uint16_t port, const c
 	*ingest = json_load_file(p, 0, &err);
 	assert_non_null(*gen);
 	assert_non_null(*ingest);
+	assert_string_equal(json_string_value(json_object_get(*ingest, "ended_by")), "idle");
 }
 
 void stop_under_traffic(const char *tool, const char *dir, uint16_t port, const char *ingest_args,
@@ -66,6 +68,14 @@ void stop_under_traffic(const char *tool, const char *dir, uint16_t port, const 
 	 * bound, and 1 s for a loaded machine or a sanitizer */
 	assert_true(n > 0);
 	assert_true(secs < 2.5);
+	const char *by = json_string_value(json_object_get(j, "ended_by"));
+	assert_non_null(by);
+	if (!strncmp(how, "-c ", 3)) {
+		assert_string_equal(by, "count");
+		assert_true(n >= atoll(how + 3));
+	} else {
+		assert_string_equal(by, *how ? "duration" : "signal");
+	}
 	json_decref(j);
 }
 

@@ -21,9 +21,10 @@ void gen_to_ingest_run(const char *tool, const char *dir, uint16_t port, const c
  * gen sending to port for 10 s (20,000 datagrams/s, one stream), `tool
  * ingest -p port ingest_args` ends within its receive loop's drain bound
  * (PDMA_RX_DRAIN_NS, 0.5 s) after its stop: how is "-d 1" (--duration),
- * or "" for SIGINT at 1 s (`timeout -s INT 1`, status 124). Fails the
- * running test unless ingest stops cleanly (its JSON written) within 2.5 s
- * with datagrams received; prints what it saw. */
+ * "-c N" (--count, N under 20,000), or "" for SIGINT at 1 s (`timeout -s
+ * INT 1`, status 124). Fails the running test unless ingest stops cleanly
+ * (its JSON written) within 2.5 s with datagrams received (at least N for
+ * --count), and its JSON's "ended_by" names that stop; prints what it saw. */
 void stop_under_traffic(const char *tool, const char *dir, uint16_t port, const char *ingest_args,
 			const char *how);
 
