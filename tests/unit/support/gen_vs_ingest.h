@@ -28,8 +28,9 @@ void gen_to_ingest_run(const char *tool, const char *dir, uint16_t port, const c
 void stop_under_traffic(const char *tool, const char *dir, uint16_t port, const char *ingest_args,
 			const char *how);
 
-/* Per stream gen sent (packets data packets each): ingest counted exactly
- * the losses, duplicates and reorderings gen injected, nothing malformed, no
+/* Per stream gen sent (packets data packets each; 0: a gen stopped early,
+ * each stream as far as its report's "sent"): ingest counted exactly the
+ * losses, duplicates and reorderings gen injected, nothing malformed, no
  * class mismatch, and received what was not lost. A failed check fails the
  * running cmocka test; returns how many injections there were in all. */
 json_int_t gen_vs_ingest(json_t *gen, json_t *ingest, json_int_t packets);
