@@ -20,6 +20,13 @@ int pdma_cmd_bench(int argc, char **argv);
 int pdma_cmd_info(int argc, char **argv);
 int pdma_cmd_deframe(int argc, char **argv);
 
+/* SIGINT and SIGTERM to handler (tools/stop.c), overriding an ignore the
+ * process inherited (a background job of a script). The commands that run
+ * until stopped (ingest, record, forward, gen, consume) call it right after
+ * their options are read: a stop during their setup, which takes up to
+ * seconds, is then neither fatal nor lost. */
+void pdma_cmd_catch_stop(void (*handler)(int));
+
 int pdma_cmd_demo_check(int argc, char **argv);
 int pdma_cmd_gen_check(int argc, char **argv);
 int pdma_cmd_ingest_check(int argc, char **argv);

@@ -219,8 +219,6 @@ int pdma_cmd_consume(int argc, char **argv)
 	struct pdma_sigmf *w = NULL;
 	struct pdma_consume_stats s;
 	struct pdma_sub_stats ss;
-	/* SA_RESTART: the connection's setup is not to fail with EINTR */
-	struct sigaction act = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
 	char msg[256];
 	int ret, status = 0, werr = 0;
 	double t_first = 0, t_last = 0;
@@ -230,10 +228,8 @@ int pdma_cmd_consume(int argc, char **argv)
 	ret = parse(argc, argv, &o);
 	if (ret)
 		return ret == 1 ? 0 : 2;
-	/* caught from the start, as peerdma ingest's: a signal during the
-	 * setup ends the run once it has started, with its summary */
-	sigaction(SIGINT, &act, NULL);
-	sigaction(SIGTERM, &act, NULL);
+	/* a signal during the setup ends the run once it has started */
+	pdma_cmd_catch_stop(on_signal);
 	if (o.dir && (stat(o.dir, &st) || !S_ISDIR(st.st_mode))) {
 		fprintf(stderr, "peerdma consume: --dir %s: not a directory\n", o.dir);
 		return 1;

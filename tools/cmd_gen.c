@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,11 +287,8 @@ int pdma_cmd_gen(int argc, char **argv)
 		return ret == 1 ? 0 : 2;
 	/* A stop ends each stream where its receiver's accounting still
 	 * equals what the report says was sent (pdma_gen_finish), and closes
-	 * the pcap whole; killed, gen left neither. SA_RESTART: a send blocked
-	 * on a full socket buffer goes on. */
-	struct sigaction act = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
-	sigaction(SIGINT, &act, NULL);
-	sigaction(SIGTERM, &act, NULL);
+	 * the pcap whole; killed, gen left neither. */
+	pdma_cmd_catch_stop(on_signal);
 
 	struct pdma_gen_config c = a.c;
 	struct pdma_gen_send_opts so = a.so;

@@ -327,17 +327,10 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 	if (ret)
 		return ret == 1 ? 0 : 2;
 
-	/* Caught from here on, not once the session is open: setting up a
-	 * session takes up to seconds (ring registration, the CUDA driver, the
-	 * NIC), and a SIGTERM in that window used to kill the process without
-	 * its report, a SIGINT to a background job (ignored until a handler is
-	 * installed) was lost. A signal during setup ends the session as soon
-	 * as it has started. SA_RESTART: the setup's blocking calls (ioctl,
-	 * connect) are not to fail with EINTR; the receive loops and the wait
-	 * below see EINTR regardless (signal(7)). */
-	struct sigaction act = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
-	sigaction(SIGINT, &act, NULL);
-	sigaction(SIGTERM, &act, NULL);
+	/* Caught from here on, not once the session is open (ring
+	 * registration, the CUDA driver, the NIC take up to seconds): a
+	 * signal during setup ends the session as soon as it has started. */
+	pdma_cmd_catch_stop(on_signal);
 
 	struct pdma_ingest_config c = a.c;
 	const char *json_path = a.json_path;
