@@ -27,6 +27,19 @@ static void on_signal(int sig)
 	got_signal = sig;
 }
 
+/* Why a session ended: the JSON's "ended_by" and the report's last line. */
+enum ended_by { BY_SIGNAL, BY_DURATION, BY_COUNT, BY_IDLE, BY_RECEIVE, BY_SUBSCRIBER };
+static const struct {
+	const char *name, *says;
+} ended_by_names[] = {
+	[BY_SIGNAL] = { "signal", "a signal" },
+	[BY_DURATION] = { "duration", "--duration" },
+	[BY_COUNT] = { "count", "--count" },
+	[BY_IDLE] = { "idle", "--idle (no datagram for that long)" },
+	[BY_RECEIVE] = { "receive", "the receive path (an error, above)" }, /* its threads ended */
+	[BY_SUBSCRIBER] = { "subscriber", "the --zmq subscriber path failing" },
+};
+
 static void usage(FILE *f, const struct pdma_ingest_ext *x)
 {
 	if (x)
@@ -470,8 +483,7 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 			: c.path == PDMA_RX_ZERO_COPY ? "zero-copy (GPU)" : "cpu");
 	double t0 = now_s(), t_last = t0;
 	uint64_t last_n = 0;
-	/* why the session ended: the report's last line, the JSON's "ended_by" */
-	const char *ended_by = "signal";
+	enum ended_by by = BY_SIGNAL; /* unless a condition below ends it */
 	while (!got_signal) {
 		struct timespec ts = { 0, 20 * 1000 * 1000 };
 		nanosleep(&ts, NULL);
@@ -486,15 +498,19 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 			last_n = arrived;
 			t_last = now;
 		}
-		ended_by = duration > 0 && now - t0 >= duration ? "duration"
-			   : count && t.datagrams >= count ? "count"
-			   : idle_s > 0 && last_n && now - t_last >= idle_s ? "idle"
-			   : pdma_ingest_ended(ing) ? "receive" /* the receive threads ended: an error */
-			   : zmq && pdma_ingest_zmq_failed(zmq) ? "subscriber"
-			   : NULL;
-		if (ended_by)
-			break;
-		ended_by = "signal";
+		if (duration > 0 && now - t0 >= duration)
+			by = BY_DURATION;
+		else if (count && t.datagrams >= count)
+			by = BY_COUNT;
+		else if (idle_s > 0 && last_n && now - t_last >= idle_s)
+			by = BY_IDLE;
+		else if (pdma_ingest_ended(ing))
+			by = BY_RECEIVE;
+		else if (zmq && pdma_ingest_zmq_failed(zmq))
+			by = BY_SUBSCRIBER;
+		else
+			continue;
+		break;
 	}
 	ret = pdma_ingest_stop(ing);
 	if (ret == -ENODEV && c.path == PDMA_RX_NIC) {
@@ -506,7 +522,7 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 		status = 1;
 	}
 	json_t *j = pdma_ingest_json(ing, now_s() - t0);
-	json_object_set_new(j, "ended_by", json_string(ended_by));
+	json_object_set_new(j, "ended_by", json_string(ended_by_names[by].name));
 	if (zmq) {
 		/* the stop published every open block: drain them to the subscribers */
 		if (pdma_ingest_zmq_finish(zmq, j, &got_signal))
@@ -539,13 +555,7 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 			fprintf(stderr, "dropped before the deframer: %lld datagram(s) by a full receive "
 					"ring (the deframer fell behind), %lld by the kernel (socket buffer full)\n",
 				(long long)ovr, (long long)sdr);
-		fprintf(stderr, "%s: ended by %s after %.2f s\n", me,
-			!strcmp(ended_by, "duration") ? "--duration"
-			: !strcmp(ended_by, "count") ? "--count"
-			: !strcmp(ended_by, "idle") ? "--idle (no datagram for that long)"
-			: !strcmp(ended_by, "receive") ? "the receive path (an error, above)"
-			: !strcmp(ended_by, "subscriber") ? "the --zmq subscriber path failing"
-			: "a signal",
+		fprintf(stderr, "%s: ended by %s after %.2f s\n", me, ended_by_names[by].says,
 			json_real_value(json_object_get(j, "seconds")));
 	}
 	FILE *jf = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
