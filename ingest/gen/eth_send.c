@@ -31,19 +31,15 @@ int pdma_gen_eth_batches(struct pdma_gen *g, const struct pdma_gen_send_opts *o,
 {
 	uint32_t len[PDMA_GEN_ETH_BATCH], nb = 0, si;
 	uint64_t sent = 0;
-	bool finished = false;
 	int ret, n;
 
 	if (o->pcap)
 		pdma_gen_pcap_header(o->pcap);
+	pdma_gen_stop_on(g, o->stop);
 	double t0 = pdma_gen_now();
 	do {
 		uint8_t *b = buf + (size_t)nb * slot;
 
-		if (o->stop && !finished && atomic_load(o->stop)) {
-			pdma_gen_finish(g); /* what the events owe, then 0 */
-			finished = true;
-		}
 		n = pdma_gen_eth_next(e, g, b, slot, &si);
 		if (n < 0)
 			return n;

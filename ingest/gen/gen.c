@@ -45,6 +45,7 @@ void pdma_gen_iter_init(const struct pdma_gen *g, struct pdma_gen_iter *it, uint
 	it->cur = first;
 	it->live = first < g->c.streams ? (g->c.streams - first + step - 1) / step : 0;
 	it->burst = burst;
+	it->stop = NULL;
 }
 
 void pdma_gen_config_default(struct pdma_gen_config *c)
@@ -239,6 +240,10 @@ static int build_context(struct pdma_gen *g, uint32_t si, struct gen_stream *s, 
 int pdma_gen_iter_next(struct pdma_gen *g, struct pdma_gen_iter *it, uint8_t *buf, size_t cap,
 		       uint32_t *stream)
 {
+	if (it->stop && atomic_load(it->stop)) {
+		it->stop = NULL;
+		pdma_gen_iter_finish(g, it); /* what the events owe, then 0 */
+	}
 	while (it->live) {
 		uint32_t si = it->cur;
 		struct gen_stream *s = &g->s[si];
@@ -292,4 +297,9 @@ void pdma_gen_iter_finish(struct pdma_gen *g, struct pdma_gen_iter *it)
 void pdma_gen_finish(struct pdma_gen *g)
 {
 	pdma_gen_iter_finish(g, &g->it);
+}
+
+void pdma_gen_stop_on(struct pdma_gen *g, const atomic_bool *stop)
+{
+	g->it.stop = stop;
 }

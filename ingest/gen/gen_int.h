@@ -26,10 +26,14 @@ struct pdma_gen_iter {
 	uint32_t cur;        /* round-robin position (a stream index) */
 	uint32_t live;       /* streams of this subset with packets left */
 	uint32_t burst;      /* datagrams per stream per turn */
+	const atomic_bool *stop; /* optional: once set, the walk finishes
+				  * (pdma_gen_iter_finish); NULL after */
 };
 
 void pdma_gen_iter_init(const struct pdma_gen *g, struct pdma_gen_iter *it, uint32_t first,
 			uint32_t step, uint32_t burst);
+/* pdma_gen_next's walk finishes once *stop is set (NULL: never). */
+void pdma_gen_stop_on(struct pdma_gen *g, const atomic_bool *stop);
 /* pdma_gen_next over the subset: the next datagram's length, 0 at the end of
  * the subset, or a negative errno. */
 int pdma_gen_iter_next(struct pdma_gen *g, struct pdma_gen_iter *it, uint8_t *buf, size_t cap,

@@ -59,7 +59,6 @@ int pdma_gen_pcap_record(FILE *f, const uint8_t *pkt, uint32_t len, uint32_t src
 int pdma_gen_write_pcap(struct pdma_gen *g, FILE *f, const char *host, uint16_t port,
 			const atomic_bool *stop)
 {
-	bool finished = false;
 	struct in_addr dst, src;
 	uint8_t *buf = malloc(65536);
 	uint32_t si;
@@ -74,14 +73,8 @@ int pdma_gen_write_pcap(struct pdma_gen *g, FILE *f, const char *host, uint16_t 
 	}
 	inet_pton(AF_INET, "127.0.0.1", &src);
 	pdma_gen_pcap_header(f);
-	for (;;) {
-		if (stop && !finished && atomic_load(stop)) {
-			pdma_gen_finish(g);
-			finished = true;
-		}
-		len = pdma_gen_next(g, buf, 65536, &si);
-		if (len <= 0)
-			break;
+	pdma_gen_stop_on(g, stop);
+	while ((len = pdma_gen_next(g, buf, 65536, &si)) > 0) {
 		/* One source port per stream, as pdma_gen_send uses. */
 		ret = pdma_gen_pcap_record(f, buf, (uint32_t)len, src.s_addr, dst.s_addr,
 				  (uint16_t)(40000 + si % 20000), port, n++);

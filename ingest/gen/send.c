@@ -145,7 +145,6 @@ static int send_subset(struct send_ctx *x, uint32_t first)
 	struct pdma_gen_iter it;
 	uint32_t bstream = 0, nb = 0, base = 0;
 	uint64_t sent = 0;
-	bool finished = false;
 	double rate = o->rate_pps * mine / ns;
 	int ret = 0, len = 0;
 	unsigned long slack = 0;
@@ -185,16 +184,13 @@ static int send_subset(struct send_ctx *x, uint32_t first)
 	 * datagram by datagram, as devices on a wire would */
 	const uint32_t nbatch = o->batch && o->batch < SEND_BATCH ? o->batch : SEND_BATCH;
 	pdma_gen_iter_init(g, &it, first, step, nbatch);
+	it.stop = o->stop;
 	double t0 = pdma_gen_now();
 	for (;;) {
 		uint32_t si = 0;
 		/* Slots rotate: the datagram that ends a batch (another stream)
 		 * stays where it was built and starts the next batch. */
 		uint8_t *b = bufs + (size_t)((base + nb) % (SEND_BATCH + 1)) * slot;
-		if (o->stop && !finished && atomic_load(o->stop)) {
-			pdma_gen_iter_finish(g, &it); /* what the events owe, then 0 */
-			finished = true;
-		}
 		len = atomic_load(&x->abort) ? 0 : pdma_gen_iter_next(g, &it, b, slot, &si);
 		if (len < 0) {
 			ret = len;
