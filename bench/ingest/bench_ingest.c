@@ -70,9 +70,15 @@ uint32_t slot_for(uint32_t pkt, enum pdma_ring_layout layout)
 int make_ring(struct pdma_ring *r, uint32_t pkt, enum pdma_ring_layout layout, size_t target_bytes,
 	      uint32_t *n_out)
 {
+	return make_ring_slots(r, pkt, layout, slot_for(pkt, layout), target_bytes, n_out);
+}
+
+int make_ring_slots(struct pdma_ring *r, uint32_t pkt, enum pdma_ring_layout layout, uint32_t slot,
+		    size_t target_bytes, uint32_t *n_out)
+{
 	struct pdma_gen_config g;
 	struct pdma_gen *gen;
-	uint32_t slot = slot_for(pkt, layout), n = (uint32_t)(target_bytes / slot), si;
+	uint32_t n = (uint32_t)(target_bytes / slot), si;
 	int ret;
 
 	pdma_gen_config_default(&g);

@@ -39,6 +39,9 @@ uint32_t slot_for(uint32_t pkt, enum pdma_ring_layout layout);
 /* n packets of pkt bytes from 4 streams into a host ring (no injection). */
 int make_ring(struct pdma_ring *r, uint32_t pkt, enum pdma_ring_layout layout, size_t target_bytes,
 	      uint32_t *n_out);
+/* The same in slots of slot bytes (at least slot_for's). */
+int make_ring_slots(struct pdma_ring *r, uint32_t pkt, enum pdma_ring_layout layout, uint32_t slot,
+		    size_t target_bytes, uint32_t *n_out);
 /* A deframer configuration that holds a whole ring of n packets of pkt bytes. */
 void dfr_cfg(struct pdma_dfr_config *c, uint32_t pkt, uint32_t n);
 /* --iters, or 5 with --quick, else full. */

@@ -359,8 +359,8 @@ static int b_h2d(struct pdma_gpu_dfr *g, const void *host, size_t bytes, size_t 
 /* A host-staged pass timed with CUDA events: start on s[0], s[1] waits for
  * it, the pass is enqueued (stream or graph launch: g->launch), the end event
  * on s[0] waits for s[1]'s last work. */
-static int b_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t n, size_t chunk,
-		    int iters, struct pdma_gpu_bench *r)
+static int b_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t span, uint32_t n,
+		    size_t chunk, int iters, struct pdma_gpu_bench *r)
 {
 	double sec;
 	int ret = timed(g, iters, [&]() { return dfr_reset_tags(g, g->s[0]); }, [&]() {
@@ -369,7 +369,7 @@ static int b_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size
 		CK(g, cudaEventRecord(a, g->s[0]));
 		CK(g, cudaStreamWaitEvent(g->s[1], a, 0));
 		cudaEventDestroy(a);
-		int e = dfr_enqueue_staged(g, host, slot_size, n, chunk, false, 0);
+		int e = dfr_enqueue_staged(g, host, slot_size, span, n, chunk, false, 0);
 		if (e)
 			return e;
 		CK(g, cudaEventRecord(g->ev[1], g->s[1]));
@@ -378,7 +378,7 @@ static int b_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size
 	}, &sec);
 	if (ret)
 		return ret;
-	fill(r, sec, (double)slot_size * n); /* bytes through the copy engine */
+	fill(r, sec, (double)dfr_stage_pitch(g, slot_size, span) * n); /* bytes through the copy engine */
 	return 0;
 }
 
@@ -425,15 +425,17 @@ static int b_batches(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_siz
 			break;
 		double t0 = now_s();
 		for (uint32_t b = 0; b < batches && !ret; b++) {
-			size_t o = (size_t)b * per * slot_size;
+			const uint8_t *hb = (const uint8_t *)host + (size_t)b * per * slot_size;
+			const uint32_t span = staged_path ? pdma_slots_span(hb, slot_size, per) : 0;
 			if (sync_each)
-				ret = staged_path ? dfr_run_staged(g, (const uint8_t *)host + o, slot_size, per,
-								   (size_t)per * slot_size, hd.data())
-						  : dfr_run(g, (const uint8_t *)host + o, slot_size, per, hd.data());
+				ret = staged_path ? dfr_run_staged(g, hb, slot_size, span, per, (size_t)per * slot_size,
+								   hd.data())
+						  : dfr_run(g, hb, slot_size, per, hd.data());
 			else
-				ret = staged_path ? dfr_enqueue_staged(g, (const uint8_t *)host + o, slot_size, per,
-								       (size_t)per * slot_size, true, (size_t)b * per)
-						  : dfr_enqueue_run(g, (const uint8_t *)dp + o, slot_size, per, true,
+				ret = staged_path ? dfr_enqueue_staged(g, hb, slot_size, span, per, (size_t)per * slot_size,
+								       true, (size_t)b * per)
+						  : dfr_enqueue_run(g, (const uint8_t *)dp + (hb - (const uint8_t *)host),
+								    slot_size, per, true,
 								    (size_t)b * per);
 		}
 		if (!ret && !sync_each)

@@ -13,7 +13,7 @@
 #include "gpu.h"
 
 #define PDMA_GPU_BENCH_MODULE "libpeerdma_vrt_cuda_bench.so"
-#define PDMA_GPU_BENCH_API_VERSION 1
+#define PDMA_GPU_BENCH_API_VERSION 2 /* 2: staged's span */
 
 struct pdma_gpu_bench {
 	double seconds; /* median time of one pass */
@@ -47,9 +47,11 @@ struct pdma_gpu_bench_ops {
 	/* Host to device from registered memory in chunks of chunk bytes. */
 	int (*h2d)(struct pdma_gpu_dfr *g, const void *host, size_t bytes, size_t chunk, int iters,
 		   struct pdma_gpu_bench *r);
-	/* Host-staged deframe of registered host slots (the launch mode set). */
-	int (*staged)(struct pdma_gpu_dfr *g, const void *host_slots, uint32_t slot_size, uint32_t n, size_t chunk,
-		      int iters, struct pdma_gpu_bench *r);
+	/* Host-staged deframe of registered host slots (the launch mode set),
+	 * each slot's first span bytes (gpu.h run_staged; 0: whole slots);
+	 * r->bytes = the bytes copied. */
+	int (*staged)(struct pdma_gpu_dfr *g, const void *host_slots, uint32_t slot_size, uint32_t span, uint32_t n,
+		      size_t chunk, int iters, struct pdma_gpu_bench *r);
 	/* Zero-copy deframe: the kernels read the mapped host ring. */
 	int (*mapped)(struct pdma_gpu_dfr *g, const void *host_slots, uint32_t slot_size, uint32_t n, int iters,
 		      struct pdma_gpu_bench *r);
@@ -61,7 +63,8 @@ struct pdma_gpu_bench_ops {
 	/* Small batches back to back as ingest issues them: `batches` batches of
 	 * `per` slots each walking the registered host ring, through zero-copy
 	 * (staged = 0: run()) or host-staged (staged = 1: run_staged() with one
-	 * chunk per batch), with descriptors, in launch mode `mode`. sync_each:
+	 * chunk per batch, each batch's span found on the host as ingest does),
+	 * with descriptors, in launch mode `mode`. sync_each:
 	 * wait for each batch and copy its descriptors out (what ingest does);
 	 * else enqueue all and wait once. Host clock; r->seconds = median time
 	 * per batch over reps, r->bytes = slot bytes per batch. */

@@ -122,6 +122,73 @@ void part_a(struct ctx *x)
 	json_object_set_new(x->root, "a_deframe_vs_d2d", arr);
 }
 
+/* (b), second table: ingest's default slots (9216 bytes) holding smaller
+ * datagrams, host-staged in chunks of 1, 4 (ingest's default) and 16 MiB
+ * copied, whole slots against each slot's span (pdma_slots_span: header +
+ * datagram, rounded to 64), stream launch (ingest's default for
+ * host-staged). The limit of either is the H2D peak over the bytes it
+ * copies a slot. */
+static void part_b_span(struct ctx *x, double peak, size_t target)
+{
+	static const uint32_t pkts[] = { 256, 1024, 1500, 4096 };
+	static const size_t chunks[] = { 1u << 20, 4u << 20, 16u << 20 };
+	const uint32_t slot = 9216;
+	const int it = iters(x, 20);
+	json_t *arr = json_array();
+
+	printf("\n(b) ingest's %u-byte slots, host-staged, stream launch: whole slots vs each slot's span\n", slot);
+	printf("    M slots/s (%% of the H2D peak over the bytes copied a slot); datagram GB/s\n");
+	printf("%7s %6s %6s %10s %8s %10s %10s %8s %10s %8s\n", "packet", "span", "chunk", "whole", "of peak",
+	       "dg GB/s", "span", "of peak", "dg GB/s", "speedup");
+	for (size_t k = 0; k < sizeof(pkts) / sizeof(pkts[0]); k++) {
+		struct pdma_ring r;
+		struct pdma_dfr_config c;
+		struct pdma_gpu_dfr *g;
+		uint32_t n;
+		if (make_ring_slots(&r, pkts[k], PDMA_RING_FULL, slot, target, &n))
+			continue;
+		dfr_cfg(&c, pkts[k], n);
+		if (x->ops.open(&c, 0, &g)) {
+			pdma_ring_fini(&r);
+			continue;
+		}
+		const uint32_t span = pdma_slots_span(r.base, r.slot_size, n);
+		int e = x->ops.host_register(g, r.base, r.bytes);
+		if (!e)
+			e = x->ops.set_launch(g, PDMA_GPU_LAUNCH_STREAM);
+		for (size_t q = 0; q < sizeof(chunks) / sizeof(chunks[0]) && !e; q++) {
+			struct pdma_gpu_bench w, p;
+			e = x->bops.staged(g, r.base, r.slot_size, 0, n, chunks[q], it, &w);
+			if (!e)
+				e = x->bops.staged(g, r.base, r.slot_size, span, n, chunks[q], it, &p);
+			if (e)
+				break;
+			const double ws = n / w.seconds, ps = n / p.seconds;
+			const double wl = peak * 1e9 / slot, pl = peak * 1e9 / span;
+			printf("%7u %6u %4zuMi %10.2f %7.1f%% %10.2f %10.2f %7.1f%% %10.2f %7.2fx\n", pkts[k], span,
+			       chunks[q] >> 20, ws / 1e6, 100 * ws / wl, ws * pkts[k] / 1e9, ps / 1e6, 100 * ps / pl,
+			       ps * pkts[k] / 1e9, ps / ws);
+			json_t *j = json_object();
+			json_object_set_new(j, "packet_bytes", json_integer(pkts[k]));
+			json_object_set_new(j, "slot_bytes", json_integer(slot));
+			json_object_set_new(j, "span_bytes", json_integer(span));
+			json_object_set_new(j, "chunk_bytes", json_integer((json_int_t)chunks[q]));
+			json_object_set_new(j, "whole_slots_per_s", json_real(ws));
+			json_object_set_new(j, "whole_of_limit", json_real(ws / wl));
+			json_object_set_new(j, "span_slots_per_s", json_real(ps));
+			json_object_set_new(j, "span_of_limit", json_real(ps / pl));
+			json_object_set_new(j, "speedup", json_real(ps / ws));
+			json_array_append_new(arr, j);
+		}
+		if (e)
+			fprintf(stderr, "(b) %u-byte packets in %u-byte slots: %s\n", pkts[k], slot, x->ops.last_error(g));
+		x->ops.host_unregister(g, r.base);
+		x->ops.close(g);
+		pdma_ring_fini(&r);
+	}
+	json_object_set_new(x->root, "b_span", arr);
+}
+
 /* (b) */
 void part_b(struct ctx *x)
 {
@@ -156,6 +223,8 @@ void part_b(struct ctx *x)
 		fprintf(stderr, "(b): %s\n", x->ops.last_error(g));
 		goto out;
 	}
+	/* A ring sized to its packets: the span is the whole slot. */
+	const uint32_t span = pdma_slots_span(r.base, r.slot_size, n);
 	printf("\n(b) host-staged (copy engine + deframe) vs H2D copy-engine peak, %zu MiB ring of "
 	       "%u-byte packets\n", r.bytes >> 20, pkt);
 	printf("    CUDA events around each pass (both streams), median of %d passes; bytes = slots copied\n", it);
@@ -173,11 +242,11 @@ void part_b(struct ctx *x)
 		if (!es)
 			es = x->ops.set_launch(g, PDMA_GPU_LAUNCH_STREAM);
 		if (!es)
-			es = x->bops.staged(g, r.base, r.slot_size, n, chunks[k], it, &bs);
+			es = x->bops.staged(g, r.base, r.slot_size, span, n, chunks[k], it, &bs);
 		if (!es)
 			es = x->ops.set_launch(g, PDMA_GPU_LAUNCH_GRAPH);
 		if (!es)
-			es = x->bops.staged(g, r.base, r.slot_size, n, chunks[k], it, &bg);
+			es = x->bops.staged(g, r.base, r.slot_size, span, n, chunks[k], it, &bg);
 		if (!es && x->ops.get_launch(g) != PDMA_GPU_LAUNCH_GRAPH)
 			es = -EIO;
 		if (es) {
@@ -209,6 +278,8 @@ out:
 	json_object_set_new(x->root, "b_host_staged_vs_h2d", o);
 	x->ops.close(g);
 	pdma_ring_fini(&r);
+	if (!e)
+		part_b_span(x, peak.gbps, target);
 }
 
 /* (e) small batches: what ingest does per batch (enqueue the batch, wait,

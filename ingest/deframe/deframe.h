@@ -117,6 +117,31 @@ static inline const uint8_t *pdma_slot_dgram(const uint8_t *slot, uint32_t slot_
 	return slot + off;
 }
 
+/* The bytes at the start of each of n slots (slot_size apart) that a
+ * deframer reads: the header and the datagram of the slot whose datagram ends
+ * last, rounded up to 64 (the GPU's header pass loads a slot's first 64
+ * bytes at once), at least 128; slot_size when that is not less. A host-
+ * staged batch copies only these bytes of each slot, to slots of this size
+ * on the device. The verdicts do not change with the smaller slots: a header
+ * claiming more than its slot reads as truncated in both (pdma_slot_dgram),
+ * and every other datagram ends within the span. Reads each slot's header:
+ * call it where those are about to be read anyway. */
+static inline uint32_t pdma_slots_span(const uint8_t *slots, uint32_t slot_size, uint32_t n)
+{
+	uint32_t end = 128;
+
+	for (uint32_t i = 0; i < n && end < slot_size; i++) {
+		const uint8_t *s = slots + (size_t)i * slot_size;
+		uint32_t len;
+		const uint32_t e = (uint32_t)(pdma_slot_dgram(s, slot_size, &len) - s) + len;
+
+		if (e > end)
+			end = e;
+	}
+	end = (end + 63u) & ~63u;
+	return end < slot_size ? end : slot_size;
+}
+
 /* Fill slot's header once its datagram (len bytes at off, the ring's
  * PDMA_SLOT_HDR, PDMA_SLOT_HDR_PACKED or PDMA_SLOT_HDR_TINY, truncated when
  * trunc) has landed: every producer's one way to do it. A tiny slot's header

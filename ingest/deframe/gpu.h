@@ -46,8 +46,8 @@
 
 /* 5: the measurement entry points moved to the benchmark module
  * (bench/ingest/gpu_bench.h). 6: run_frames (frame rings). 7: blk_* (sample
- * blocks). */
-#define PDMA_GPU_API_VERSION 7
+ * blocks). 8: run_staged's span. */
+#define PDMA_GPU_API_VERSION 8
 
 struct pdma_gpu_dfr;
 
@@ -72,8 +72,15 @@ struct pdma_gpu_ops {
 	int (*run)(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n,
 		   struct pdma_dfr_desc *desc);
 	/* Host-staged: copy registered host slots to the GPU in chunks of
-	 * chunk_bytes (copy engine, double-buffered) and deframe each there. */
-	int (*run_staged)(struct pdma_gpu_dfr *g, const void *host_slots, uint32_t slot_size,
+	 * chunk_bytes (copy engine, double-buffered) and deframe each there.
+	 * span: pdma_slots_span() of these slots, or 0. Where it is less
+	 * than slot_size only the first span bytes of each slot cross PCIe
+	 * (one pitched copy a chunk), into slots of span bytes on the device:
+	 * a 1 KiB datagram in ingest's default 9216-byte slot moves 1088
+	 * bytes, not 9216. A span smaller than the slots' datagrams gives the
+	 * verdicts of span-byte slots (truncated), not the data. Node-by-node
+	 * graphs (v7s under graph launch) copy whole slots. */
+	int (*run_staged)(struct pdma_gpu_dfr *g, const void *host_slots, uint32_t slot_size, uint32_t span,
 			  uint32_t n, size_t chunk_bytes, struct pdma_dfr_desc *desc);
 	/* Copy the device tables (keys, plen, cls, tags, out) into host tables of the
 	 * same configuration. */

@@ -119,7 +119,10 @@ uint32_t pdma_gpu_batch_consume(struct pdma_gpu_batch *b, const struct pdma_ring
 	uint32_t first = (uint32_t)(tail & (r->nslots - 1));
 	uint32_t n = (uint32_t)(avail < r->nslots - first ? avail : r->nslots - first);
 	const uint8_t *base = pdma_ring_slot(r, tail);
-	int e = b->staged ? b->ops.run_staged(b->dfr, base, r->slot_size, n, b->chunk, b->desc)
+	/* Host-staged: only the bytes the datagrams fill cross PCIe. The
+	 * headers this reads are read again below, from the cache. */
+	int e = b->staged ? b->ops.run_staged(b->dfr, base, r->slot_size, pdma_slots_span(base, r->slot_size, n), n,
+					      b->chunk, b->desc)
 			  : b->ops.run(b->dfr, base, r->slot_size, n, b->desc);
 	if (e)
 		batch_failed(b, n, e);

@@ -162,6 +162,11 @@ static void fill_ring(struct ringref *R, bool aligned)
 		if (k % 3)
 			pdma_slot_finish(s, off, h->len, h->flags & PDMA_SLOT_TRUNC, (uint32_t)k);
 	}
+	/* Headers claiming more than their slot holds (a corrupt producer):
+	 * truncated on every path, host-staged copies of each slot's span
+	 * (fewer bytes than the slot) included. */
+	for (uint64_t k = 150; k < i; k += 1499)
+		((struct pdma_slot_hdr *)pdma_ring_slot(&R->ring, k))->len = (uint16_t)ss;
 	pdma_gen_close(ga);
 	pdma_gen_close(gb);
 }
@@ -342,7 +347,9 @@ static void end(int mode)
 	assert_int_equal(F.ops.get_launch(F.g), mode);
 }
 
-enum path { DIRECT, ZERO_COPY, STAGED };
+/* STAGED copies each slot's span (pdma_slots_span: 1152 of the mixed
+ * ring's 2048 bytes), STAGED_WHOLE whole slots. */
+enum path { DIRECT, ZERO_COPY, STAGED, STAGED_WHOLE };
 
 /* The ring in batches of sizes from sizes[] (cycled; 0: the rest), each a
  * separate run (descriptors into place). */
@@ -362,8 +369,13 @@ static void run_batches(struct ringref *R, enum path p, const uint32_t *sizes, s
 		case ZERO_COPY:
 			e = F.ops.run(F.g, R->ring.base + o, R->ring.slot_size, cnt, F.gpu_desc + first);
 			break;
+		case STAGED:
+			e = F.ops.run_staged(F.g, R->ring.base + o, R->ring.slot_size,
+					     pdma_slots_span(R->ring.base + o, R->ring.slot_size, cnt), cnt, chunk,
+					     F.gpu_desc + first);
+			break;
 		default:
-			e = F.ops.run_staged(F.g, R->ring.base + o, R->ring.slot_size, cnt, chunk,
+			e = F.ops.run_staged(F.g, R->ring.base + o, R->ring.slot_size, 0, cnt, chunk,
 					     F.gpu_desc + first);
 			break;
 		}
@@ -397,7 +409,10 @@ static void test_host_staged(void **state)
 	(void)state;
 	begin(PDMA_GPU_LAUNCH_STREAM);
 	run_batches(&F.mixed, STAGED, WHOLE, 1, 1u << 20);
-	compare(&F.mixed, "host-staged (1 MiB copy-engine chunks)");
+	compare(&F.mixed, "host-staged (1 MiB copy-engine chunks, each slot's span)");
+	begin(PDMA_GPU_LAUNCH_STREAM);
+	run_batches(&F.mixed, STAGED_WHOLE, WHOLE, 1, 1u << 20);
+	compare(&F.mixed, "host-staged (1 MiB copy-engine chunks, whole slots)");
 }
 
 static void test_graph_direct(void **state)

@@ -820,6 +820,142 @@ static void test_tiny_slots(void **state)
 	layout_vs_full(PDMA_RING_TINY, PDMA_SLOT_HDR_TINY, 76, PDMA_SLOT_TINY);
 }
 
+/* Two generators interleaved into ring r (1056-byte packets on streams
+ * 0..3, 288-byte ones without a trailer on 0x2000..), as receive threads
+ * write them; then corrupt headers: a length 4 short, the truncated flag,
+ * and (every 150th) a length longer than the slot. Returns the count. */
+static uint32_t fill_mixed(struct pdma_ring *r, uint32_t max)
+{
+	struct pdma_gen_config a, b;
+	struct pdma_gen *ga, *gb;
+	uint32_t si, n = 0;
+	bool done[2] = { false, false };
+
+	pdma_gen_config_default(&a);
+	a.streams = 4;
+	a.packets = 100;
+	a.packet_size = 1056;
+	a.loss_pm = 20;
+	a.dup_pm = 20;
+	a.reorder_pm = 20;
+	b = a;
+	b.streams = 3;
+	b.stream_id_base = 0x2000;
+	b.packet_size = 288;
+	b.trailer = false;
+	b.seed = 5;
+	assert_int_equal(pdma_gen_open(&a, &ga), 0);
+	assert_int_equal(pdma_gen_open(&b, &gb), 0);
+	for (int turn = 0; !(done[0] && done[1]); turn++) {
+		const int w = turn % 2;
+		if (done[w])
+			continue;
+		uint8_t *sl = pdma_ring_slot(r, n);
+		int len = pdma_gen_next(w ? gb : ga, sl + r->dgram_off, pdma_ring_room(r), &si);
+		assert_true(len >= 0);
+		if (len == 0) {
+			done[w] = true;
+			continue;
+		}
+		assert_true(n < max);
+		pdma_slot_finish(sl, r->dgram_off, (uint32_t)len, 0, n);
+		n++;
+	}
+	pdma_gen_close(ga);
+	pdma_gen_close(gb);
+	for (uint32_t k = 10; k < n; k += 50) {
+		struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)pdma_ring_slot(r, k);
+		switch ((k / 50) % 3) {
+		case 0: h->len = (uint16_t)(h->len - 4); break;
+		case 1: h->flags |= PDMA_SLOT_TRUNC; break;
+		case 2: h->len = (uint16_t)r->slot_size; break;
+		}
+	}
+	return n;
+}
+
+/* The CPU deframer over n slots of ring r: descriptors to desc, tables in d. */
+static void deframe_slots(struct pdma_dfr *d, const struct pdma_dfr_config *c, const struct pdma_ring *r, uint32_t n,
+			  struct pdma_dfr_desc *desc)
+{
+	assert_int_equal(pdma_dfr_init(d, c), 0);
+	for (uint32_t i = 0; i < n; i++)
+		pdma_dfr_cpu_slot(c, &d->t, pdma_ring_slot(r, i), r->slot_size, &desc[i]);
+}
+
+/* pdma_slots_span's promise, on which host-staged batches copy only the
+ * first span bytes of each slot: the deframer gives the same verdicts,
+ * tables and output over those bytes in span-sized slots as over the whole
+ * slots, corrupt headers included; 64 bytes less truncates the longest
+ * datagrams. Then its bounds: at least 128 bytes, at most the slot, and a
+ * header claiming more than its slot adds nothing. */
+static void test_slots_span(void **state)
+{
+	struct pdma_ring r, rs;
+	struct pdma_dfr_config c;
+	struct pdma_dfr dw, ds;
+	(void)state;
+
+	assert_int_equal(pdma_ring_init(&r, 1024, 9216, PDMA_RING_FULL), 0);
+	const uint32_t n = fill_mixed(&r, 1024);
+	const uint32_t span = pdma_slots_span(r.base, r.slot_size, n);
+	assert_int_equal(span, 1152); /* 36 + 1056, rounded up to 64 */
+	cfg_small(&c);
+	c.max_streams = 8;
+	c.max_payload = 1056;
+	c.sample_rate = 1000000;
+	struct pdma_dfr_desc *dwd = calloc(n, sizeof(*dwd)), *dsd = calloc(n, sizeof(*dsd));
+	assert_non_null(dwd);
+	assert_non_null(dsd);
+	for (uint32_t cut = 0; cut <= 64; cut += 64) {
+		assert_int_equal(pdma_ring_init(&rs, n, span - cut, PDMA_RING_FULL), 0);
+		assert_int_equal(rs.slot_size, span - cut);
+		for (uint32_t i = 0; i < n; i++)
+			memcpy(pdma_ring_slot(&rs, i), pdma_ring_slot(&r, i), rs.slot_size);
+		deframe_slots(&dw, &c, &r, n, dwd);
+		deframe_slots(&ds, &c, &rs, n, dsd);
+		uint32_t data = 0, trunc = 0, differ = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			data += dwd[i].status == PDMA_DFR_ST_DATA;
+			trunc += dwd[i].status == -PDMA_DFR_E_SLOT_TRUNC;
+			differ += memcmp(&dwd[i], &dsd[i], sizeof(dwd[i])) != 0;
+		}
+		assert_true(data > 300);
+		assert_true(trunc >= 8); /* both the flag and the too-long headers */
+		if (cut) {
+			assert_true(differ > 200); /* the 1056-byte datagrams no longer fit */
+		} else {
+			assert_int_equal(differ, 0);
+			assert_memory_equal(ds.t.keys, dw.t.keys, c.max_streams * sizeof(uint64_t));
+			assert_memory_equal(ds.t.tags, dw.t.tags, (size_t)c.max_streams * c.out_pkts * sizeof(uint64_t));
+			assert_memory_equal(pdma_dfr_out(&ds, 0), pdma_dfr_out(&dw, 0),
+					    (size_t)c.max_streams * c.out_pkts * c.max_payload);
+		}
+		pdma_dfr_fini(&dw);
+		pdma_dfr_fini(&ds);
+		pdma_ring_fini(&rs);
+	}
+	free(dwd);
+	free(dsd);
+
+	/* Bounds. */
+	assert_int_equal(pdma_slots_span(r.base, r.slot_size, 0), 128);
+	uint8_t *s0 = pdma_ring_slot(&r, 0), *s1 = pdma_ring_slot(&r, 1);
+	pdma_slot_finish(s0, PDMA_SLOT_HDR, 1024, 0, 0);
+	pdma_slot_finish(s1, PDMA_SLOT_HDR, 8, 0, 1);
+	assert_int_equal(pdma_slots_span(r.base, r.slot_size, 2), 1088);
+	assert_int_equal(pdma_slots_span(s1, r.slot_size, 1), 128);
+	((struct pdma_slot_hdr *)s1)->len = 9216 - PDMA_SLOT_HDR + 1;
+	assert_int_equal(pdma_slots_span(r.base, r.slot_size, 2), 1088);
+	((struct pdma_slot_hdr *)s1)->len = 9216 - PDMA_SLOT_HDR;
+	assert_int_equal(pdma_slots_span(r.base, r.slot_size, 2), 9216);
+	pdma_ring_fini(&r);
+	assert_int_equal(pdma_ring_init(&r, 4, 84, PDMA_RING_PACKED), 0);
+	pdma_slot_finish(pdma_ring_slot(&r, 0), PDMA_SLOT_HDR_PACKED, 64, 0, 0);
+	assert_int_equal(pdma_slots_span(r.base, r.slot_size, 1), 96); /* the slot: never more */
+	pdma_ring_fini(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -835,6 +971,7 @@ int main(void)
 		cmocka_unit_test(test_ring),
 		cmocka_unit_test(test_packed_slots),
 		cmocka_unit_test(test_tiny_slots),
+		cmocka_unit_test(test_slots_span),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

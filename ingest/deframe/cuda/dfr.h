@@ -139,13 +139,15 @@ int dfr_dev_ptr(struct pdma_gpu_dfr *g, const void *p, const void **dp);
  * (staged), descriptors to h_desc + doff when want_desc; ends on s[0]. */
 int dfr_enqueue_run(struct pdma_gpu_dfr *g, const void *dp, uint32_t slot_size, uint32_t n, bool want_desc,
 		    size_t doff);
-int dfr_enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t n, size_t chunk,
-		       bool want_desc, size_t doff);
+int dfr_enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t span, uint32_t n,
+		       size_t chunk, bool want_desc, size_t doff);
+/* The device slot size a host-staged batch gets (gpu.h run_staged). */
+uint32_t dfr_stage_pitch(const struct pdma_gpu_dfr *g, uint32_t slot_size, uint32_t span);
 int dfr_sync_all(struct pdma_gpu_dfr *g);
 /* The ops of gpu.h that the measurements use too. */
 int dfr_run(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc);
-int dfr_run_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t n, size_t chunk,
-		   struct pdma_dfr_desc *desc);
+int dfr_run_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t span, uint32_t n,
+		   size_t chunk, struct pdma_dfr_desc *desc);
 int dfr_set_launch(struct pdma_gpu_dfr *g, int mode);
 int dfr_set_kernel(struct pdma_gpu_dfr *g, const char *name);
 
