@@ -336,7 +336,8 @@ int pdma_cmd_gen(int argc, char **argv)
 		pdma_gen_close(g);
 		return 1;
 	}
-	bool stopped = atomic_load(&stop_sending);
+	/* A signal after the last packet had been decided cut nothing. */
+	bool stopped = atomic_load(&stop_sending) && !pdma_gen_complete(g);
 	uint64_t total = 0;
 	json_t *arr = json_array();
 	for (uint32_t i = 0; i < c.streams; i++) {

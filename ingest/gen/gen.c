@@ -299,6 +299,14 @@ void pdma_gen_finish(struct pdma_gen *g)
 	pdma_gen_iter_finish(g, &g->it);
 }
 
+bool pdma_gen_complete(const struct pdma_gen *g)
+{
+	for (uint32_t i = 0; i < g->c.streams; i++)
+		if (g->s[i].end < g->c.packets)
+			return false;
+	return true;
+}
+
 void pdma_gen_stop_on(struct pdma_gen *g, const atomic_bool *stop)
 {
 	g->it.stop = stop;

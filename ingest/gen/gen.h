@@ -64,6 +64,10 @@ int pdma_gen_next(struct pdma_gen *g, uint8_t *buf, size_t cap, uint32_t *stream
  * every event counted is one a receiver sees, and its accounting of what was
  * sent still equals the counts exactly. */
 void pdma_gen_finish(struct pdma_gen *g);
+/* Did every stream decide all of its configured packets? False once a stop
+ * (pdma_gen_finish, a sender's stop flag) has cut one short: a stop that
+ * came after the last packet had been decided cut nothing. */
+bool pdma_gen_complete(const struct pdma_gen *g);
 const struct pdma_gen_inject *pdma_gen_injected(const struct pdma_gen *g, uint32_t stream);
 uint32_t pdma_gen_payload_len(const struct pdma_gen_config *c);
 /* The sample word (big-endian on the wire) at absolute sample s of stream id. */

@@ -392,7 +392,9 @@ static void test_gen_finish(void **state)
 		assert_int_equal(pdma_ring_init(&r, 512, SLOT, PDMA_RING_FULL), 0);
 		for (; i < stop && (n = pdma_gen_next(g, b, sizeof(b), &si)) > 0; i++)
 			put_slot(&r, i, b, (uint32_t)n);
+		assert_true(pdma_gen_complete(g)); /* nothing cut yet */
 		pdma_gen_finish(g);
+		assert_false(pdma_gen_complete(g)); /* every stop here is before the end */
 		uint64_t owed = 0;
 		while ((n = pdma_gen_next(g, b, sizeof(b), &si)) > 0) {
 			put_slot(&r, i++, b, (uint32_t)n);
@@ -428,6 +430,17 @@ static void test_gen_finish(void **state)
 	}
 	/* the stops did land inside events */
 	assert_true(owed_total > 10);
+
+	/* A stop after the last packet cuts nothing. */
+	struct pdma_gen *g;
+	assert_int_equal(pdma_gen_open(&gc, &g), 0);
+	while ((n = pdma_gen_next(g, b, sizeof(b), &si)) > 0)
+		;
+	assert_int_equal(n, 0);
+	pdma_gen_finish(g);
+	assert_true(pdma_gen_complete(g));
+	assert_int_equal(pdma_gen_next(g, b, sizeof(b), &si), 0);
+	pdma_gen_close(g);
 }
 
 /* The header stage's fast path (the GPU's) against the general path: every
