@@ -78,8 +78,9 @@ struct pdma_gpu_ops {
 	 * (one pitched copy a chunk), into slots of span bytes on the device:
 	 * a 1 KiB datagram in ingest's default 9216-byte slot moves 1088
 	 * bytes, not 9216. A span smaller than the slots' datagrams gives the
-	 * verdicts of span-byte slots (truncated), not the data. Node-by-node
-	 * graphs (v7s under graph launch) copy whole slots. */
+	 * verdicts of span-byte slots (truncated), not the data. Under graph
+	 * launch whole slots are copied: a graph's copy node can be updated
+	 * only while it is one-dimensional. */
 	int (*run_staged)(struct pdma_gpu_dfr *g, const void *host_slots, uint32_t slot_size, uint32_t span,
 			  uint32_t n, size_t chunk_bytes, struct pdma_dfr_desc *desc);
 	/* Copy the device tables (keys, plen, cls, tags, out) into host tables of the

@@ -347,8 +347,9 @@ static void end(int mode)
 	assert_int_equal(F.ops.get_launch(F.g), mode);
 }
 
-/* STAGED copies each slot's span (pdma_slots_span: 1152 of the mixed
- * ring's 2048 bytes), STAGED_WHOLE whole slots. */
+/* STAGED passes each batch's span (pdma_slots_span: 1152 of the mixed
+ * ring's 2048 bytes), copied under stream launch (graphs copy whole
+ * slots); STAGED_WHOLE passes none. */
 enum path { DIRECT, ZERO_COPY, STAGED, STAGED_WHOLE };
 
 /* The ring in batches of sizes from sizes[] (cycled; 0: the rest), each a

@@ -378,8 +378,8 @@ static int staged_streams(void *arg)
  * With a span under slot_size (gpu.h) each chunk is one pitched copy of the
  * slots' first span bytes, deframed as span-byte slots: on the H200, 1 KiB
  * datagrams in 9216-byte slots went through at 34.9-36.2 M slots/s against
- * 5.5-5.8 M whole (DESIGN.md). The node-by-node graphs keep whole slots:
- * their copy nodes are one-dimensional.
+ * 5.5-5.8 M whole (DESIGN.md). Under graph launch the copies stay whole
+ * (dfr_stage_pitch); host-staged batches default to stream launch.
  * Stream launch: chunk k on stream k % 2. Graph launch: up to GMAXC chunks
  * per graph with the same dependencies (copy k after kernel k - 2, kernel k
  * after copy k), one launch on s[0]. The kernels of different chunks only
@@ -387,8 +387,11 @@ static int staged_streams(void *arg)
  * (newer wins). Descriptors of slot i go to h_desc[doff + i]. */
 uint32_t dfr_stage_pitch(const struct pdma_gpu_dfr *g, uint32_t slot_size, uint32_t span)
 {
-	const bool nodes = g->launch == PDMA_GPU_LAUNCH_GRAPH && !g->kv->tp;
-	return !nodes && span && span < slot_size ? span : slot_size;
+	/* Graphs copy whole slots: an executable graph's memcpy node can be
+	 * updated for the next batch only while it is one-dimensional
+	 * (cudaGraphExecMemcpyNodeSetParams; a captured 2D copy made every
+	 * cudaGraphExecUpdate fail, error 910, and each batch rebuild its graph). */
+	return g->launch != PDMA_GPU_LAUNCH_GRAPH && span && span < slot_size ? span : slot_size;
 }
 
 int dfr_enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t span, uint32_t n,
