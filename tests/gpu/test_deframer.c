@@ -36,6 +36,7 @@
 #include "deframe/deframe_cpu.h"
 #include "gen/gen.h"
 #include "gpu.h"
+#include "support/gen_ring.h"
 #include "rx/ring.h"
 
 #define SLOT 2048u
@@ -78,10 +79,6 @@ static struct fixture F;
 static void fill_ring(struct ringref *R, bool aligned)
 {
 	struct pdma_gen_config a, b;
-	struct pdma_gen *ga, *gb;
-	uint32_t si;
-	int len = 1;
-	uint64_t i = 0;
 
 	pdma_gen_config_default(&a);
 	a.streams = 4;
@@ -98,30 +95,11 @@ static void fill_ring(struct ringref *R, bool aligned)
 	b.trailer = false;
 	b.seed = aligned ? 9 : 5;
 	R->streams = 7;
-	assert_int_equal(pdma_gen_open(&a, &ga), 0);
-	assert_int_equal(pdma_gen_open(&b, &gb), 0);
 	assert_int_equal(pdma_ring_init(&R->ring, 32768, R->t80 ? 80 : R->tiny ? 112 : R->packed ? 304 : SLOT,
 				       R->t80 ? PDMA_RING_TINY : R->packed ? PDMA_RING_PACKED : PDMA_RING_FULL), 0);
 	const uint32_t off = R->ring.dgram_off, ss = R->ring.slot_size;
 	const uint16_t lay = R->t80 ? PDMA_SLOT_TINY : R->packed ? PDMA_SLOT_PACKED : 0;
-	bool done[2] = { false, false };
-	for (int turn = 0; !(done[0] && done[1]); turn++) {
-		int w = turn % 2;
-		if (done[w])
-			continue;
-		uint8_t *s = pdma_ring_slot(&R->ring, i);
-		struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)s;
-		len = pdma_gen_next(w ? gb : ga, s + off, ss - off, &si);
-		assert_true(len >= 0);
-		if (len == 0) {
-			done[w] = true;
-			continue;
-		}
-		h->len = (uint16_t)len;
-		h->flags = lay;
-		i++;
-		assert_true(i < R->ring.nslots);
-	}
+	const uint64_t i = gen_ring_fill2(&R->ring, &a, &b, false);
 	R->n = (uint32_t)i;
 	/* Failing trailers (an indicator without its enable), alone and next to
 	 * a valid copy of the same packet, before or after it: the valid copy
@@ -167,8 +145,6 @@ static void fill_ring(struct ringref *R, bool aligned)
 	 * (fewer bytes than the slot) included. */
 	for (uint64_t k = 150; k < i; k += 1499)
 		((struct pdma_slot_hdr *)pdma_ring_slot(&R->ring, k))->len = (uint16_t)ss;
-	pdma_gen_close(ga);
-	pdma_gen_close(gb);
 }
 
 static int ring_setup(struct ringref *R, const char *name, bool aligned)

@@ -15,6 +15,7 @@
 #include "deframe/deframe_cpu.h"
 #include "gen/gen.h"
 #include "rx/ring.h"
+#include "support/gen_ring.h"
 
 #define SLOT 2048u
 
@@ -837,12 +838,9 @@ static void test_tiny_slots(void **state)
  * 0..3, 288-byte ones without a trailer on 0x2000..), as receive threads
  * write them; then corrupt headers: a length 4 short, the truncated flag,
  * and (every 150th) a length longer than the slot. Returns the count. */
-static uint32_t fill_mixed(struct pdma_ring *r, uint32_t max)
+static uint32_t fill_mixed(struct pdma_ring *r)
 {
 	struct pdma_gen_config a, b;
-	struct pdma_gen *ga, *gb;
-	uint32_t si, n = 0;
-	bool done[2] = { false, false };
 
 	pdma_gen_config_default(&a);
 	a.streams = 4;
@@ -857,25 +855,7 @@ static uint32_t fill_mixed(struct pdma_ring *r, uint32_t max)
 	b.packet_size = 288;
 	b.trailer = false;
 	b.seed = 5;
-	assert_int_equal(pdma_gen_open(&a, &ga), 0);
-	assert_int_equal(pdma_gen_open(&b, &gb), 0);
-	for (int turn = 0; !(done[0] && done[1]); turn++) {
-		const int w = turn % 2;
-		if (done[w])
-			continue;
-		uint8_t *sl = pdma_ring_slot(r, n);
-		int len = pdma_gen_next(w ? gb : ga, sl + r->dgram_off, pdma_ring_room(r), &si);
-		assert_true(len >= 0);
-		if (len == 0) {
-			done[w] = true;
-			continue;
-		}
-		assert_true(n < max);
-		pdma_slot_finish(sl, r->dgram_off, (uint32_t)len, 0, n);
-		n++;
-	}
-	pdma_gen_close(ga);
-	pdma_gen_close(gb);
+	const uint32_t n = gen_ring_fill2(r, &a, &b, true);
 	for (uint32_t k = 10; k < n; k += 50) {
 		struct pdma_slot_hdr *h = (struct pdma_slot_hdr *)pdma_ring_slot(r, k);
 		switch ((k / 50) % 3) {
@@ -910,7 +890,7 @@ static void test_slots_span(void **state)
 	(void)state;
 
 	assert_int_equal(pdma_ring_init(&r, 1024, 9216, PDMA_RING_FULL), 0);
-	const uint32_t n = fill_mixed(&r, 1024);
+	const uint32_t n = fill_mixed(&r);
 	const uint32_t span = pdma_slots_span(r.base, r.slot_size, n);
 	assert_int_equal(span, 1152); /* 36 + 1056, rounded up to 64 */
 	cfg_small(&c);
