@@ -425,7 +425,8 @@ static int b_batches(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_siz
 			break;
 		double t0 = now_s();
 		for (uint32_t b = 0; b < batches && !ret; b++) {
-			const uint8_t *hb = (const uint8_t *)host + (size_t)b * per * slot_size;
+			const size_t o = (size_t)b * per * slot_size;
+			const uint8_t *hb = (const uint8_t *)host + o;
 			const uint32_t span = staged_path ? pdma_slots_span(hb, slot_size, per) : 0;
 			if (sync_each)
 				ret = staged_path ? dfr_run_staged(g, hb, slot_size, span, per, (size_t)per * slot_size,
@@ -434,8 +435,7 @@ static int b_batches(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_siz
 			else
 				ret = staged_path ? dfr_enqueue_staged(g, hb, slot_size, span, per, (size_t)per * slot_size,
 								       true, (size_t)b * per)
-						  : dfr_enqueue_run(g, (const uint8_t *)dp + (hb - (const uint8_t *)host),
-								    slot_size, per, true,
+						  : dfr_enqueue_run(g, (const uint8_t *)dp + o, slot_size, per, true,
 								    (size_t)b * per);
 		}
 		if (!ret && !sync_each)
