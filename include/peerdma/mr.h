@@ -119,8 +119,8 @@ struct pdma_sim;
 struct pdma_domain_attr {
 	uint32_t mr_mode;        /* PDMA_MR_* bits */
 	size_t mr_key_size;      /* bytes of a non-raw key: 1..8 (0 means 8) */
-	size_t mr_iov_limit;     /* max iov entries per MR (0 means 4) */
-	size_t raw_key_size;     /* bytes of a raw key under PDMA_MR_RAW (0 means 16, min 12) */
+	size_t mr_iov_limit;     /* max iov entries per MR: 1..64 (0 means 4) */
+	size_t raw_key_size;     /* bytes of a raw key under PDMA_MR_RAW: 16..64 (0 means 16) */
 	struct pdma_sim *sim;    /* simulated GPU + DMA device for PDMA_HMEM_SIM (test builds,
 				  * static library: lib/mem/sim.h); NULL otherwise */
 	int use_cache;           /* 1: registrations go through the registration cache.

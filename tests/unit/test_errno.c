@@ -86,19 +86,23 @@ static void test_raw_attr_too_small(void **state)
 	struct pdma_domain_attr a;
 	struct pdma_domain *d;
 	struct pdma_mr *m;
-	uint8_t raw[8];
-	uint64_t base;
+	uint8_t raw[64]; /* larger than ks says: the size passed is what counts */
+	uint64_t base = 7;
 	size_t ks = 1;
 	int r;
 
 	(void)state;
+	memset(raw, 0xa5, sizeof(raw));
 	pdma_domain_attr_init(&a);
 	a.mr_mode |= PDMA_MR_RAW;
 	assert_int_equal(pdma_domain_open(&a, &d), 0);
 	assert_int_equal(pdma_mr_reg(d, buf, 64, PDMA_READ, 0, 0, 0, &m, NULL), 0);
 	r = pdma_mr_raw_attr(m, &base, raw, &ks, 0);
 	assert_int_equal(r, -ERANGE);
-	assert_true(ks > 1);
+	assert_int_equal(ks, 16); /* the size needed (the default raw key) */
+	for (size_t i = 0; i < sizeof(raw); i++) /* nothing written */
+		assert_int_equal(raw[i], 0xa5);
+	assert_int_equal(base, 7);
 	assert_int_equal(pdma_errno_to_fi(r), -FI_ETOOSMALL);
 	assert_string_equal(pdma_strerror(r), "Buffer too small");
 	assert_int_equal(pdma_mr_close(m), 0);

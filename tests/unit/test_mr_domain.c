@@ -42,8 +42,19 @@ static void test_domain_attrs(void **state)
 	a.mr_key_size = 9;
 	assert_int_equal(pdma_domain_open(&a, &d), -EINVAL);
 	pdma_domain_attr_init(&a);
-	a.raw_key_size = 8;
+	a.mr_iov_limit = 65;
 	assert_int_equal(pdma_domain_open(&a, &d), -EINVAL);
+	a.mr_iov_limit = 0;
+	/* mr.h: a raw key is 16..64 bytes (8 key + 8 tag at least) */
+	a.raw_key_size = 15;
+	assert_int_equal(pdma_domain_open(&a, &d), -EINVAL);
+	a.raw_key_size = 65;
+	assert_int_equal(pdma_domain_open(&a, &d), -EINVAL);
+	a.raw_key_size = 64;
+	assert_int_equal(pdma_domain_open(&a, &d), 0);
+	assert_int_equal(pdma_domain_query(d, &q), 0);
+	assert_int_equal(q.raw_key_size, 64);
+	assert_int_equal(pdma_domain_close(d), 0);
 	a.raw_key_size = 0;
 	a.kernel_device = "/nonexistent/peerdma";
 	assert_int_equal(pdma_domain_open(&a, &d), -ENODEV);
