@@ -51,9 +51,9 @@
  * again). A kernel-device domain opened before the fork refuses registrations
  * there with -ECHILD: the module's file and its pins belong to the parent;
  * open a new domain in the child. Closing inherited MRs and domains in the
- * child releases nothing of the parent's. Another thread's registration or
- * transfer at the moment of the fork is safe; an EQ read in progress is not
- * (its lock stays held in the child).
+ * child releases nothing of the parent's. Another thread's registration,
+ * transfer or EQ read (also one blocked waiting for an event) at the moment
+ * of the fork is safe: the child can read, post to and close inherited EQs.
  *
  * Thread safety: a domain may be used from many threads at once; all calls on
  * distinct MRs of one domain may run concurrently. Calls on the same MR must
@@ -173,7 +173,7 @@ void pdma_domain_attr_init(struct pdma_domain_attr *attr);
  * period (milliseconds), once per process, here rather than in a
  * registration. */
 int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **domain);
-/* -EBUSY while MRs, counters, endpoints or the EQ are still open. */
+/* -EBUSY while MRs, counters, endpoints or EQs (bound or not) are still open. */
 int pdma_domain_close(struct pdma_domain *domain);
 /* Effective attributes after defaults were applied. */
 int pdma_domain_query(const struct pdma_domain *domain, struct pdma_domain_attr *attr);

@@ -118,7 +118,7 @@ int pdma_domain_close(struct pdma_domain *d)
 	if (!d)
 		return -EINVAL;
 	pdma_dom_lock(d);
-	if (d->n_mr || d->n_cntr || d->n_ep || d->eq || d->keys.n) {
+	if (d->n_mr || d->n_cntr || d->n_ep || d->eqs || d->keys.n) {
 		pdma_dom_unlock(d);
 		return -EBUSY;
 	}

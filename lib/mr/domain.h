@@ -148,6 +148,7 @@ struct pdma_mr {
 
 struct pdma_eq {
 	struct pdma_domain *dom;
+	struct pdma_eq *next, *prev; /* the domain's open EQs (dom->eqs, domain lock) */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	size_t size, head, count, reserved;
@@ -184,6 +185,7 @@ struct pdma_domain {
 	struct pdma_mr *mr_pool;     /* closed MR objects for reuse (pool_next, cap POOL_SEGS) */
 	size_t n_mr, n_cntr, n_ep;
 	struct pdma_eq *eq;          /* bound (atomic loads where the domain lock is not held) */
+	struct pdma_eq *eqs;         /* every open EQ, bound or not: close and fork reach them */
 	struct pdma_cache *cache;    /* NULL unless attr.use_cache */
 	struct pdma_cuda *cuda;      /* opened at the first CUDA registration (stored
 				      * under cuda_lock with release, read with acquire) */

@@ -31,6 +31,12 @@ int pdma_eq_open(struct pdma_domain *d, size_t size, struct pdma_eq **out)
 	eq->size = size;
 	pthread_mutex_init(&eq->lock, NULL);
 	pthread_cond_init(&eq->cond, NULL);
+	pdma_dom_lock(d);
+	eq->next = d->eqs;
+	if (d->eqs)
+		d->eqs->prev = eq;
+	d->eqs = eq;
+	pdma_dom_unlock(d);
 	*out = eq;
 	return 0;
 }
@@ -156,6 +162,12 @@ int pdma_eq_close(struct pdma_eq *eq)
 	pthread_mutex_unlock(&eq->lock);
 	if (d->eq == eq)
 		__atomic_store_n(&d->eq, NULL, __ATOMIC_RELEASE);
+	if (eq->prev)
+		eq->prev->next = eq->next;
+	else
+		d->eqs = eq->next;
+	if (eq->next)
+		eq->next->prev = eq->prev;
 	pdma_dom_unlock(d);
 	pthread_cond_destroy(&eq->cond);
 	pthread_mutex_destroy(&eq->lock);

@@ -15,11 +15,15 @@
  * domain lock is never held while a cache lock is taken, nor the reverse).
  * No thread waits for the forking thread while holding one of them.
  *
- * Not covered: an event queue's lock held by another thread at the fork (an
- * EQ reader) stays held in the child, and so does a region's quiesce lock
- * while the kdev event thread revokes it (device access through that
- * inherited MR would then wait for ever in the child). Transfers are covered:
- * they run under the domain lock. CUDA cannot be used in a child at all.
+ * Event queues are covered too: prepare takes each open EQ's lock after its
+ * domain's (the order eq.c's close takes them in), and the child gets fresh
+ * condition variables (a reader blocked in the parent at the fork stays
+ * counted in the old one).
+ *
+ * Not covered: a region's quiesce lock held while the kdev event thread
+ * revokes it stays held in the child (device access through that inherited MR
+ * would then wait for ever there). Transfers are covered: they run under the
+ * domain lock. CUDA cannot be used in a child at all.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -66,6 +70,10 @@ static void domains_prepare(void)
 		pdma_dom_lock(d);
 		pdma_dom_quiesce(d); /* no access in flight: the child has none */
 		pthread_mutex_lock(&d->rand.lock);
+		/* A registration posts its event under the EQ's lock after it
+		 * has dropped the domain's (eq.c), and a reader takes it too. */
+		for (struct pdma_eq *eq = d->eqs; eq; eq = eq->next)
+			pthread_mutex_lock(&eq->lock);
 	}
 }
 
@@ -73,11 +81,21 @@ static void domains_prepare(void)
  * drops it, in the child too, where it is the one thread. No other thread
  * was inside (prepare waited for a bias owner to leave, lock.h), so the
  * child's locks hold nobody else's state. */
-static void domains_release(void)
+static void domains_release(bool child)
 {
 	for (struct pdma_fork_node *n = pdma_fork_domains.head; n; n = n->next) {
 		struct pdma_domain *d = domain_of(n);
 
+		for (struct pdma_eq *eq = d->eqs; eq; eq = eq->next) {
+			/* A thread of the parent waiting in pdma_eq_read() at the
+			 * fork is counted in the condition variable, and there it
+			 * never leaves: the child's pthread_cond_destroy() (EQ
+			 * close) would wait for it for ever. The child is the one
+			 * thread, so a fresh one is safe. */
+			if (child)
+				pthread_cond_init(&eq->cond, NULL);
+			pthread_mutex_unlock(&eq->lock);
+		}
 		pthread_mutex_unlock(&d->rand.lock);
 		pdma_dom_unlock(d);
 	}
@@ -94,7 +112,7 @@ static void fork_prepare(void)
 
 static void fork_parent(void)
 {
-	domains_release();
+	domains_release(false);
 	pdma_cache_fork_parent();
 	pdma_monitor_fork_parent();
 	pdma_uffd_fork_parent();
@@ -103,7 +121,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
 	atomic_fetch_add(&fork_gen, 1);
-	domains_release();
+	domains_release(true);
 	pdma_cache_fork_child();
 	pdma_monitor_fork_child();
 	pdma_uffd_fork_child();

@@ -135,6 +135,15 @@ static void test_eq_registration(void **state)
 	assert_int_equal(pdma_mr_close(m2), 0);
 	assert_int_equal(pdma_domain_close(d), -EBUSY); /* EQ still bound */
 	assert_int_equal(pdma_eq_close(eq), 0);
+	/* An EQ never bound holds the domain open too: its close takes the
+	 * domain's lock (before, the domain closed under it and that close used
+	 * freed memory). */
+	assert_int_equal(pdma_eq_open(d, 2, &eq2), 0);
+	assert_int_equal(pdma_eq_open(d, 2, &eq), 0);
+	assert_int_equal(pdma_domain_close(d), -EBUSY);
+	assert_int_equal(pdma_eq_close(eq2), 0);
+	assert_int_equal(pdma_domain_close(d), -EBUSY);
+	assert_int_equal(pdma_eq_close(eq), 0);
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 

@@ -123,10 +123,130 @@ static void test_fork_during_churn(void **state)
 	assert_int_equal(munmap(buf, 2 * HPG), 0);
 }
 
+/*
+ * Event queues at the fork. Threads register and close on a domain whose EQ
+ * takes a completion for each registration (posted under the EQ's lock after
+ * the domain's is dropped), one thread reads that EQ, another waits on a
+ * second EQ that nothing posts to. Each child reads the first EQ empty,
+ * registers (its event posted and read) and closes the second EQ. Before the
+ * fix, a child hung (the alarm) in pdma_eq_close() every time: the parent's
+ * waiting reader stayed counted in the condition variable that the close
+ * destroys; and, rarely, in pdma_eq_read() on a lock a registering thread had
+ * held at the fork.
+ */
+struct eq_churn {
+	struct pdma_domain *d;
+	struct pdma_eq *eq, *idle;
+	atomic_bool stop;
+	atomic_long rounds, read;
+	char *buf;
+};
+
+static void *eq_reg_main(void *arg)
+{
+	struct eq_churn *c = arg;
+	struct pdma_mr *m;
+
+	while (!atomic_load(&c->stop)) {
+		if (pdma_mr_reg(c->d, c->buf, 64, RW, 0, 0, 0, &m, NULL) == 0)
+			pdma_mr_close(m);
+		atomic_fetch_add(&c->rounds, 1);
+	}
+	return NULL;
+}
+
+static void *eq_read_main(void *arg)
+{
+	struct eq_churn *c = arg;
+	struct pdma_eq_entry e;
+
+	while (!atomic_load(&c->stop))
+		if (pdma_eq_read(c->eq, &e, 50) == 0)
+			atomic_fetch_add(&c->read, 1);
+	return NULL;
+}
+
+static void *eq_idle_main(void *arg)
+{
+	struct eq_churn *c = arg;
+	struct pdma_eq_entry e;
+
+	while (!atomic_load(&c->stop))
+		(void)pdma_eq_read(c->idle, &e, 100); /* waits: nothing posts here */
+	return NULL;
+}
+
+static int eq_child(struct eq_churn *c)
+{
+	static char mine[64];
+	struct pdma_eq_entry e;
+	struct pdma_mr *m;
+	int n = 0;
+
+	alarm(20);
+	while (pdma_eq_read(c->eq, &e, 0) == 0)
+		if (++n > 1 << 16)
+			return 20;
+	if (pdma_mr_reg(c->d, mine, sizeof(mine), RW, 0, 0, 0, &m, (void *)mine))
+		return 21;
+	if (pdma_eq_read(c->eq, &e, 0) || e.event != PDMA_MR_COMPLETE || e.mr != m ||
+	    e.context != (void *)mine)
+		return 22;
+	if (pdma_mr_close(m))
+		return 23;
+	if (pdma_eq_close(c->idle))
+		return 24;
+	return 0;
+}
+
+static void test_fork_eq(void **state)
+{
+	static char buf[4096];
+	struct eq_churn c = { .d = dom_open(PDMA_MR_BASIC, NULL), .buf = buf };
+	const int forks = getenv("PEERDMA_VALGRIND") ? 5 : 60;
+	pthread_t reg[3], rd, idle;
+
+	(void)state;
+	assert_int_equal(pdma_eq_open(c.d, 1 << 16, &c.eq), 0);
+	assert_int_equal(pdma_eq_open(c.d, 4, &c.idle), 0);
+	assert_int_equal(pdma_domain_bind_eq(c.d, c.eq, PDMA_REG_MR), 0);
+	for (int i = 0; i < 3; i++) /* each registration its own MR of buf */
+		assert_int_equal(pthread_create(&reg[i], NULL, eq_reg_main, &c), 0);
+	assert_int_equal(pthread_create(&rd, NULL, eq_read_main, &c), 0);
+	assert_int_equal(pthread_create(&idle, NULL, eq_idle_main, &c), 0);
+	usleep(100 * 1000); /* the idle reader is waiting from here on */
+	for (int i = 0; i < forks; i++) {
+		long r0 = atomic_load(&c.rounds);
+		int st;
+		pid_t pid;
+
+		while (atomic_load(&c.rounds) == r0)
+			sched_yield();
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			_exit(eq_child(&c));
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		if (!WIFEXITED(st))
+			fail_msg("child %d ended by signal %d (hung: alarm)", i, WTERMSIG(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+	}
+	atomic_store(&c.stop, true);
+	for (int i = 0; i < 3; i++)
+		pthread_join(reg[i], NULL);
+	pthread_join(rd, NULL);
+	pthread_join(idle, NULL);
+	assert_true(atomic_load(&c.read) > 0);
+	assert_int_equal(pdma_eq_close(c.eq), 0);
+	assert_int_equal(pdma_eq_close(c.idle), 0);
+	assert_int_equal(pdma_domain_close(c.d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fork_during_churn),
+		cmocka_unit_test(test_fork_eq),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
