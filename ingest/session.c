@@ -51,7 +51,7 @@ struct pdma_ingest {
 	atomic_bool stop;
 	atomic_int rx_live;
 	atomic_bool dfr_done;
-	bool started;
+	atomic_bool started; /* pdma_ingest_ended() reads it from any thread */
 	FILE *progress;
 	double t_start;
 	struct pdma_gpu_batch *gpu; /* GPU paths (host-staged, zero-copy, nic on the GPU) */
@@ -483,9 +483,24 @@ static void *dfr_main(void *arg)
 	return NULL;
 }
 
+/* A start that failed: the receive threads that did start (the first n) end
+ * and are joined, and the session is as it was, so that start can be tried
+ * again (what they received stays in their rings for it). */
+static int start_undo(struct pdma_ingest *ing, uint32_t n, int err)
+{
+	atomic_store(&ing->stop, true);
+	for (uint32_t j = 0; j < n; j++)
+		pthread_join(ing->rx[j].th, NULL);
+	atomic_store(&ing->stop, false);
+	atomic_store(&ing->rx_live, 0);
+	if (ing->blocks)
+		pdma_blocks_start(ing->blocks, false);
+	return -err;
+}
+
 int pdma_ingest_start(struct pdma_ingest *ing)
 {
-	if (ing->started)
+	if (atomic_load(&ing->started))
 		return -EALREADY;
 	ing->t_start = now_s();
 	ing->last_work = ing->t_start;
@@ -495,37 +510,30 @@ int pdma_ingest_start(struct pdma_ingest *ing)
 		atomic_store(&ing->rx[i].ended, false);
 		int e = pthread_create(&ing->rx[i].th, NULL, rx_main, &ing->rx[i]);
 		if (e) {
-			/* Threads already running stop; the others never started. */
+			/* The others never started: they count as ended. */
 			atomic_store(&ing->rx_live, (int)i);
-			atomic_store(&ing->stop, true);
-			for (uint32_t j = 0; j < i; j++)
-				pthread_join(ing->rx[j].th, NULL);
-			return -e;
+			return start_undo(ing, i, e);
 		}
 	}
 	ing->last_progress = ing->t_start;
 	if (ing->blocks)
-		pdma_blocks_start(ing->blocks);
+		pdma_blocks_start(ing->blocks, true);
 	int e = ing->dfr_thread ? pthread_create(&ing->dfr_th, NULL, dfr_main, ing) : 0;
-	if (e) {
-		atomic_store(&ing->stop, true);
-		for (uint32_t j = 0; j < ing->nrx; j++)
-			pthread_join(ing->rx[j].th, NULL);
-		return -e;
-	}
-	ing->started = true;
+	if (e)
+		return start_undo(ing, ing->nrx, e);
+	atomic_store(&ing->started, true);
 	return 0;
 }
 
 bool pdma_ingest_ended(struct pdma_ingest *ing)
 {
-	return ing->started && atomic_load(&ing->rx_live) == 0;
+	return atomic_load(&ing->started) && atomic_load(&ing->rx_live) == 0;
 }
 
 int pdma_ingest_stop(struct pdma_ingest *ing)
 {
 	int err = 0;
-	if (!ing->started)
+	if (!atomic_load(&ing->started))
 		return -EINVAL;
 	atomic_store(&ing->stop, true);
 	/* A deframer waiting on a backpressure subscriber must not hold
@@ -541,7 +549,7 @@ int pdma_ingest_stop(struct pdma_ingest *ing)
 		pthread_join(ing->dfr_th, NULL);
 	else if (ing->progress)
 		fputc('\n', ing->progress);
-	ing->started = false;
+	atomic_store(&ing->started, false);
 	/* The deframer is done: the last blocks (to each stream's newest
 	 * packet) go out, then the subscriptions end. */
 	if (ing->blocks)
@@ -567,7 +575,7 @@ void pdma_ingest_close(struct pdma_ingest *ing)
 {
 	if (!ing)
 		return;
-	if (ing->started)
+	if (atomic_load(&ing->started))
 		pdma_ingest_stop(ing);
 	for (uint32_t i = 0; i < ing->nrx; i++) {
 		struct rx_thread *t = &ing->rx[i];
@@ -744,7 +752,7 @@ int pdma_ingest_enable_blocks(struct pdma_ingest *ing, uint32_t block_packets, u
 {
 	int ret;
 
-	if (ing->started || ing->blocks)
+	if (atomic_load(&ing->started) || ing->blocks)
 		return -EBUSY;
 	if (ing->gpu) {
 		/* the window is in device memory: pools there too */

@@ -209,7 +209,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_forward: subscribe: %s\n", strerror(-ret));
 		return 1;
 	}
-	pdma_blocks_start(bl);
+	pdma_blocks_start(bl, true);
 	pdma_fwd_attr_init(&fa);
 	fa.addr = "127.0.0.1";
 	fa.port = (uint16_t)port;

@@ -210,6 +210,9 @@ void pdma_ingest_attr_init(struct pdma_ingest_attr *a);
 int pdma_ingest_open(const struct pdma_ingest_attr *a, struct pdma_ingest **ing, char *msg,
 		     size_t msglen);
 uint16_t pdma_ingest_port(const struct pdma_ingest *ing);
+/* Starts the receive and deframer threads. -EALREADY when started; a thread
+ * that cannot be created (-EAGAIN, ...) leaves the session as it was, not
+ * started: subscribing and starting again work. */
 int pdma_ingest_start(struct pdma_ingest *ing);
 /* Drains what has arrived (until the source has been quiet for 20 ms, 0.5 s
  * at most: traffic that goes on does not hold the stop up), publishes every

@@ -177,7 +177,9 @@ void pdma_blocks_end_subs(struct pdma_blocks *bl);
  * end or its close, once. Returns 0 when armed, 1 when there is something
  * to take already (do not sleep). The caller reads fd before it re-arms. */
 int pdma_sub_arm(struct pdma_sub *sub, int fd);
-void pdma_blocks_start(struct pdma_blocks *bl);
+/* The session started (on) or its start was undone (off): subscribing is
+ * refused while started. */
+void pdma_blocks_start(struct pdma_blocks *bl, bool on);
 void pdma_blocks_free_subs(struct pdma_blocks *bl);
 /* The GPU deframer's window as a block source (gpu_mem.c): *mem's
  * operations, *window its device address. */

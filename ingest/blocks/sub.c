@@ -321,9 +321,9 @@ int pdma_blocks_subscribe(struct pdma_blocks *bl, const struct pdma_sub_attr *a,
 	return 0;
 }
 
-void pdma_blocks_start(struct pdma_blocks *bl)
+void pdma_blocks_start(struct pdma_blocks *bl, bool on)
 {
-	bl->started = true;
+	bl->started = on;
 }
 
 /* Session close: every subscription's memory (closed by then). */

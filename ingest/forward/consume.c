@@ -593,7 +593,7 @@ int pdma_consume_start(struct pdma_consume *c)
 
 	if (!c || c->has_th)
 		return -EINVAL;
-	pdma_blocks_start(c->bl);
+	pdma_blocks_start(c->bl, true);
 	e = pthread_create(&c->th, NULL, consume_main, c);
 	if (e)
 		return -e;

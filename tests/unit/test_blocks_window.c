@@ -47,7 +47,7 @@ static int setup(void **state)
 	pdma_sub_attr_init(&sa);
 	sa.depth = 64;
 	assert_int_equal(pdma_blocks_subscribe(W.bl, &sa, &W.sub), 0);
-	pdma_blocks_start(W.bl);
+	pdma_blocks_start(W.bl, true);
 	return 0;
 }
 
