@@ -101,8 +101,10 @@ struct pdma_fwd_consumer_stats {
 struct pdma_fwd;
 
 void pdma_fwd_attr_init(struct pdma_fwd_attr *a);
-/* -EINVAL bad attributes or no blocks on the session; -EADDRINUSE; -ENODEV
- * no UCX; -EIO a UCX failure (msg says which). */
+/* -EINVAL bad attributes, or a session whose pool cannot hold what the
+ * forwarder keeps (above); -EOPNOTSUPP no blocks on the session; -EBUSY the
+ * session has started; -EADDRINUSE; -ENODEV no UCX; -EIO a UCX failure (msg
+ * says which). */
 int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct pdma_fwd **f,
 		  char *msg, size_t msglen);
 uint16_t pdma_fwd_port(const struct pdma_fwd *f);
@@ -132,7 +134,9 @@ struct pdma_consume_stats {
 	uint64_t fwd_dropped_blocks, fwd_dropped_packets; /* END's count */
 	bool ended;                 /* END came */
 	bool lost;                  /* the forwarder went away before END */
-	int error;                  /* a protocol error (then lost) */
+	int error;                  /* what ended the connection before END (then
+				     * lost): a protocol error or the transport's
+				     * (the forwarder gone: -ECONNRESET, -ETIMEDOUT, ...) */
 };
 
 struct pdma_consume;

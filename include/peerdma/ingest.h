@@ -118,7 +118,9 @@ struct pdma_ingest_attr {
 	uint32_t block_packets;   /* packets per block (default 64) */
 	uint32_t window_blocks;   /* buffers in each stream's block pool, and the least
 				   * size of its deframer window in blocks (default 16;
-				   * the window grows to hold a receive batch) */
+				   * the window grows to hold a receive batch; a
+				   * forwarder needs PDMA_FWD_POOL_RESERVE + its
+				   * max_credits: 48 at forward.h's defaults) */
 	uint32_t late_blocks;     /* publish a block once its stream is this many
 				   * blocks past its end (default 1; 0: at once) */
 	int cuda_device;          /* GPU paths: the device ordinal (default 0) */
@@ -138,7 +140,8 @@ struct pdma_block {
 	uint64_t ts_int;          /* VITA-49 timestamp of data[0]: integer seconds */
 	uint64_t ts_frac;         /* and the sample count within that second */
 	uint64_t nsamples;        /* npackets * samples_per_packet */
-	uint32_t npackets;        /* block_packets */
+	uint32_t npackets;        /* block_packets; fewer for a stream's first block and
+				   * one published early (above) */
 	uint32_t gaps;            /* packets of the block that never came (zero samples) */
 	const uint64_t *gap_mask; /* bit i of word i / 64 set: packet i is a gap */
 	uint64_t seq;             /* the block's number in its stream: its first packet
@@ -148,9 +151,10 @@ struct pdma_block {
 	int device;               /* CUDA device ordinal (mem != PDMA_BLOCK_HOST) */
 	void *cuda_event;         /* GPU paths: a CUevent; the samples are valid once it
 				   * completes (pdma_block_dlpack makes a stream wait on it) */
-	/* The stream's latest context packet before publication (VITA-49 CIF0
-	 * fields), where one came: ctx_fields has PDMA_CTX_* bits of the
-	 * fields it carried. */
+	/* The stream's context (VITA-49 CIF0 fields) as of publication: each
+	 * field's value from the latest context packet that carried it (a
+	 * context packet that leaves a field out does not forget it);
+	 * ctx_fields has the PDMA_CTX_* bits of the fields any carried. */
 	uint32_t ctx_fields;
 	double ctx_sample_rate;   /* Hz */
 	double ctx_rf_freq;       /* RF reference frequency, Hz */

@@ -78,7 +78,7 @@ extern "C" {
 #define PDMA_MR_RAW        (1u << 1) /* keys are raw byte strings (pdma_mr_raw_attr) */
 #define PDMA_MR_VIRT_ADDR  (1u << 2) /* remote addressing by virtual address, not offset */
 #define PDMA_MR_ALLOCATED  (1u << 3) /* only allocated (backed) memory may be registered */
-#define PDMA_MR_PROV_KEY   (1u << 4) /* the provider chooses keys; requested_key ignored */
+#define PDMA_MR_PROV_KEY   (1u << 4) /* the provider chooses keys; requested_key must be 0 */
 #define PDMA_MR_MMU_NOTIFY (1u << 5) /* caller must pdma_mr_refresh() after remapping */
 #define PDMA_MR_RMA_EVENT  (1u << 6) /* MRs start disabled; counters via pdma_mr_bind */
 #define PDMA_MR_ENDPOINT   (1u << 7) /* MRs bind to an endpoint and start disabled */
@@ -193,7 +193,9 @@ struct pdma_mr_attr {
 	size_t iov_count;
 	uint64_t access;
 	uint64_t offset;          /* must be 0 */
-	uint64_t requested_key;   /* ignored under PDMA_MR_PROV_KEY */
+	uint64_t requested_key;   /* under PDMA_MR_PROV_KEY must be 0 (-EKEYREJECTED:
+				   * libfabric ignores it; we refuse to let a caller
+				   * believe it got its key) */
 	void *context;
 	size_t auth_key_size;     /* must be 0: no authorization keys */
 	const uint8_t *auth_key;

@@ -12,8 +12,8 @@
  * Errors: every violation has its own code, a negative value in
  * [-PDMA_VRT_E__MAX, -1] (pdma_vrt_strerror() names it). They are not errno
  * values because errno has too few distinct codes for "each violation its own
- * error"; the ingest library maps them onto -EBADMSG / -EMSGSIZE at its
- * boundary.
+ * error". The ingest library never returns them: it counts malformed
+ * packets by these codes (each stream's malformed count, and by reason).
  *
  * Command packets (types 6 and 7, VITA-49.2) are recognised and rejected with
  * PDMA_VRT_E_COMMAND; CIF1/CIF2/CIF3/CIF7 context extensions (49.2) are

@@ -104,7 +104,15 @@ static ucs_status_t on_welcome(void *arg, const void *hdr, size_t hlen, void *da
 	(void)param;
 	if (c->got_welcome)
 		return UCS_OK;
-	if (len || pdma_fwd_welcome_get(hdr, hlen, &c->w)) {
+	int e = len ? -EPROTO : pdma_fwd_welcome_get(hdr, hlen, &c->w);
+
+	if (e == -EPROTONOSUPPORT) {
+		uint32_t v = c->w.version;
+
+		c->w.status = e;
+		snprintf(c->w.msg, sizeof(c->w.msg), "the forwarder speaks protocol version %u, not %u",
+			 v, PDMA_FWD_VERSION);
+	} else if (e) {
 		c->w.status = -EPROTO;
 		snprintf(c->w.msg, sizeof(c->w.msg), "malformed WELCOME from the forwarder");
 	}

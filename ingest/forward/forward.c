@@ -864,6 +864,16 @@ int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct
 				 strerror(-ret));
 		return ret;
 	}
+	/* forward.h: with less, a dead consumer's sends hold up the others. */
+	if (a->size >= sizeof(*a) && sub->bl->pool < PDMA_FWD_POOL_RESERVE + (uint64_t)a->max_credits) {
+		if (msg)
+			snprintf(msg, msglen,
+				 "the session's block pool holds %u buffers a stream; forwarding needs "
+				 "%u + max_credits (%u): raise window_blocks",
+				 sub->bl->pool, PDMA_FWD_POOL_RESERVE, a->max_credits);
+		pdma_sub_close(sub);
+		return -EINVAL;
+	}
 	return pdma_fwd_open_sub(sub, a, out, msg, msglen);
 }
 

@@ -142,9 +142,14 @@ int pdma_fwd_welcome_get(const void *buf, size_t len, struct pdma_fwd_welcome *w
 	const uint8_t *p = buf;
 
 	memset(w, 0, sizeof(*w));
-	if (len != PDMA_FWD_WELCOME_LEN || get32(&p) != PDMA_FWD_MAGIC)
+	if (len < 8 || get32(&p) != PDMA_FWD_MAGIC)
 		return -EPROTO;
 	w->version = get32(&p);
+	/* as HELLO's: another version may lay the rest out differently */
+	if (w->version != PDMA_FWD_VERSION)
+		return -EPROTONOSUPPORT;
+	if (len != PDMA_FWD_WELCOME_LEN)
+		return -EPROTO;
 	w->status = (int32_t)get32(&p);
 	w->block_packets = get32(&p);
 	w->max_payload = get32(&p);

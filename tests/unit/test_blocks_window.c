@@ -249,6 +249,52 @@ static void test_sub_arm(void **state)
 	close(fd);
 }
 
+/* A context packet of stream 0 carrying one 64-bit Hz field (radix point at
+ * bit 20, VITA-49 CIF0 bit `field`). */
+static void context_one(uint32_t field, double hz)
+{
+	uint8_t pay[12], buf[64];
+	uint64_t v = (uint64_t)(hz * (1 << 20));
+	struct pdma_vrt_packet p = { .type = PDMA_VRT_CONTEXT, .tsi = PDMA_VRT_TSI_UTC,
+				     .tsf = PDMA_VRT_TSF_SAMPLES, .stream_id = SID };
+	struct pdma_dfr_desc d = { .stream_id = SID, .stream = 0, .status = PDMA_DFR_ST_CONTEXT };
+
+	pdma_vrt_put32(pay, field);
+	pdma_vrt_put32(pay + 4, (uint32_t)(v >> 32));
+	pdma_vrt_put32(pay + 8, (uint32_t)v);
+	int n = pdma_vrt_build(&p, pay, sizeof(pay), buf, sizeof(buf));
+	assert_true(n > 0);
+	pdma_blocks_observe(W.bl, &d, 0, buf, (uint32_t)n);
+}
+
+/* ingest.h: each context field's value from the latest context packet that
+ * carried it; one that leaves a field out does not forget it. */
+static void test_context_fields(void **state)
+{
+	struct pdma_block *b;
+
+	(void)state;
+	context_one(PDMA_VRT_CIF0_SAMPLE_RATE, 5e6);
+	context_one(PDMA_VRT_CIF0_RF_FREQ, 1e9);
+	for (uint64_t p = 0; p < 2 * B; p++)
+		packet(p);
+	pdma_blocks_publish(W.bl); /* [0, B) */
+	assert_int_equal(pdma_sub_next(W.sub, &b, 0), 0);
+	assert_int_equal(b->ctx_fields, PDMA_CTX_SAMPLE_RATE | PDMA_CTX_RF_FREQ);
+	assert_true(b->ctx_sample_rate == 5e6);
+	assert_true(b->ctx_rf_freq == 1e9);
+	pdma_block_release(b);
+	context_one(PDMA_VRT_CIF0_SAMPLE_RATE, 2.5e6); /* a new rate, the frequency kept */
+	for (uint64_t p = 2 * B; p < 3 * B; p++)
+		packet(p);
+	pdma_blocks_publish(W.bl); /* [B, 2B) */
+	assert_int_equal(pdma_sub_next(W.sub, &b, 0), 0);
+	assert_int_equal(b->ctx_fields, PDMA_CTX_SAMPLE_RATE | PDMA_CTX_RF_FREQ);
+	assert_true(b->ctx_sample_rate == 2.5e6);
+	assert_true(b->ctx_rf_freq == 1e9);
+	pdma_block_release(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -256,6 +302,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_window_overwrite_counted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_window_jump, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sub_arm, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_context_fields, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

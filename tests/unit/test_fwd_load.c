@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include <peerdma/forward.h>
+#include <peerdma/ingest.h>
 
 static bool mapped(const char *lib)
 {
@@ -139,6 +140,40 @@ static void test_loaded_and_mremap_fixed(void **state)
 	munmap(q, len);
 }
 
+/* forward.h: the session's pool must hold PDMA_FWD_POOL_RESERVE +
+ * max_credits buffers a stream, or the open is refused (-EINVAL). */
+static int fwd_with_pool(uint32_t window_blocks, char *msg, size_t msglen)
+{
+	struct pdma_ingest_attr ia;
+	struct pdma_ingest *ing;
+	struct pdma_fwd_attr fa;
+	struct pdma_fwd *f;
+	int ret;
+
+	pdma_ingest_attr_init(&ia);
+	if (window_blocks)
+		ia.window_blocks = window_blocks;
+	assert_int_equal(pdma_ingest_open(&ia, &ing, msg, msglen), 0);
+	pdma_fwd_attr_init(&fa);
+	fa.addr = "127.0.0.1";
+	ret = pdma_fwd_open(ing, &fa, &f, msg, msglen);
+	if (!ret)
+		pdma_fwd_close(f);
+	pdma_ingest_close(ing);
+	return ret;
+}
+
+static void test_pool_checked(void **state)
+{
+	char msg[256] = "";
+
+	(void)state;
+	assert_int_equal(fwd_with_pool(0, msg, sizeof(msg)), -EINVAL); /* default 16 */
+	assert_non_null(strstr(msg, "window_blocks"));
+	assert_int_equal(fwd_with_pool(PDMA_FWD_POOL_RESERVE + 16 - 1, msg, sizeof(msg)), -EINVAL);
+	assert_int_equal(fwd_with_pool(PDMA_FWD_POOL_RESERVE + 16, msg, sizeof(msg)), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -146,6 +181,7 @@ int main(void)
 		cmocka_unit_test(test_missing_ucx),
 		cmocka_unit_test(test_user_setting_kept),
 		cmocka_unit_test(test_loaded_and_mremap_fixed),
+		cmocka_unit_test(test_pool_checked),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -187,6 +187,14 @@ static void test_welcome_credit_end(void **state)
 	assert_int_equal(pdma_fwd_welcome_get(buf, n, &gw), 0);
 	assert_int_equal(gw.status, -EPROTONOSUPPORT);
 	assert_string_equal(gw.msg, "protocol version 2 refused");
+	/* a WELCOME of another version is not read past its version (wire.h),
+	 * whatever its length */
+	w.version = 2;
+	n = pdma_fwd_welcome_put(buf, &w);
+	assert_int_equal(pdma_fwd_welcome_get(buf, n, &gw), -EPROTONOSUPPORT);
+	assert_int_equal(gw.version, 2);
+	assert_int_equal(pdma_fwd_welcome_get(buf, 8, &gw), -EPROTONOSUPPORT);
+	assert_int_equal(pdma_fwd_welcome_get(buf, 7, &gw), -EPROTO);
 
 	n = pdma_fwd_credit_put(buf, 12);
 	assert_int_equal(pdma_fwd_credit_get(buf, n, &c), 0);
