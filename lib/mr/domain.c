@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cache/cache.h"
 #include "mr/domain.h"
@@ -39,6 +40,7 @@ static void domain_free(struct pdma_domain *d)
 	pdma_idmap_fini(&d->keys);
 	pdma_idmap_fini(&d->descs);
 	pthread_mutex_destroy(&d->cuda_lock);
+	free(d->kdev_path);
 	free(d);
 }
 
@@ -73,10 +75,17 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 	pdma_rand_init(&d->rand);
 	pdma_fork_init(); /* before any pin: children must know inherited pins */
 	if (d->attr.kernel_device) {
-		ret = pdma_kdev_open(d->attr.kernel_device, &d->kdev);
+		/* The caller's string need not outlive the call: a copy of our
+		 * own, which pdma_domain_query reports. */
+		d->kdev_path = strdup(d->attr.kernel_device);
+		d->attr.kernel_device = d->kdev_path;
+		if (!d->kdev_path) {
+			ret = -ENOMEM;
+			goto err;
+		}
+		ret = pdma_kdev_open(d->kdev_path, &d->kdev);
 		if (ret)
 			goto err;
-		d->attr.kernel_device = NULL; /* the caller's string need not outlive us */
 	}
 	if (d->attr.use_cache) {
 		struct pdma_cache_attr ca;

@@ -190,6 +190,7 @@ struct pdma_domain {
 	struct pdma_cuda *cuda;      /* opened at the first CUDA registration (stored
 				      * under cuda_lock with release, read with acquire) */
 	struct pdma_kdev *kdev;      /* attr.kernel_device, opened with the domain */
+	char *kdev_path;             /* attr.kernel_device points here (our copy) */
 	struct pdma_cuda_kdev cuda_kdev; /* GPU memory pinned by the module: {cuda, kdev} */
 	pthread_mutex_t cuda_lock;
 	pdma_log_fn log_fn;

@@ -66,6 +66,7 @@ static void test_domain_attrs(void **state)
 	assert_int_equal(q.mr_key_size, 8);
 	assert_int_equal(q.mr_iov_limit, 4);
 	assert_int_equal(q.raw_key_size, 16);
+	assert_null(q.kernel_device); /* no module: tests/vm/guest_kdev.c has the other case */
 	assert_int_equal(pdma_domain_close(d), 0);
 	assert_int_equal(pdma_domain_close(NULL), -EINVAL);
 }

@@ -284,8 +284,16 @@ int main(int argc, char **argv)
 	ret = pdma_domain_open(&a, &d);
 	check(ret == 0, "domain with kernel_device opens /dev/peerdma");
 	if (ret) {
-		printf("kdev: %d passed, %d failed\n", passed, failed + 9);
+		printf("kdev: %d passed, %d failed\n", passed, failed + 10);
 		return 1;
+	}
+	{
+		struct pdma_domain_attr q;
+
+		check(pdma_domain_query(d, &q) == 0 && q.kernel_device &&
+			      !strcmp(q.kernel_device, "/dev/peerdma") &&
+			      q.kernel_device != a.kernel_device,
+		      "query reports the kernel device (the domain's own copy)");
 	}
 	check((pdma_kdev_caps(d->kdev) & 1) != 0, "module reports host pinning (CAP_HOST)");
 
