@@ -301,7 +301,10 @@ int pdma_domain_bind_eq(struct pdma_domain *domain, struct pdma_eq *eq, uint64_t
 int pdma_eq_read(struct pdma_eq *eq, struct pdma_eq_entry *entry, int timeout_ms);
 int pdma_eq_close(struct pdma_eq *eq);
 
-/* Routing of log lines (library code never prints by itself unless set). */
+/* Routing of log lines (library code never prints by itself unless set):
+ * every line from then on, the CUDA backend's included. Any thread, any
+ * time; a line logged while it runs goes to the old or the new callback,
+ * each with its own argument. fn NULL: no logging. */
 typedef void (*pdma_log_fn)(void *arg, int level, const char *msg);
 void pdma_domain_set_log(struct pdma_domain *domain, pdma_log_fn fn, void *arg);
 

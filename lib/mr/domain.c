@@ -40,6 +40,7 @@ static void domain_free(struct pdma_domain *d)
 	pdma_idmap_fini(&d->keys);
 	pdma_idmap_fini(&d->descs);
 	pthread_mutex_destroy(&d->cuda_lock);
+	pthread_mutex_destroy(&d->log_lock);
 	free(d->kdev_path);
 	free(d);
 }
@@ -72,6 +73,7 @@ int pdma_domain_open(const struct pdma_domain_attr *attr, struct pdma_domain **o
 					       : (1ull << (8 * d->attr.mr_key_size)) - 1;
 	pdma_bias_init(&d->lock);
 	pthread_mutex_init(&d->cuda_lock, NULL);
+	pthread_mutex_init(&d->log_lock, NULL);
 	pdma_rand_init(&d->rand);
 	pdma_fork_init(); /* before any pin: children must know inherited pins */
 	if (d->attr.kernel_device) {
@@ -162,10 +164,28 @@ const char *pdma_domain_cache_monitor(const struct pdma_domain *d)
 	}
 }
 
+/* Any thread, any time: a line being logged meanwhile goes to the old or
+ * the new callback, each with its own argument. */
 void pdma_domain_set_log(struct pdma_domain *d, pdma_log_fn fn, void *arg)
 {
-	d->log_fn = fn;
+	pthread_mutex_lock(&d->log_lock);
+	__atomic_store_n(&d->log_fn, fn, __ATOMIC_RELAXED); /* pdma_log's unlocked test */
 	d->log_arg = arg;
+	pthread_mutex_unlock(&d->log_lock);
+}
+
+void pdma_log_msg(struct pdma_domain *d, int level, const char *msg)
+{
+	pdma_log_fn fn;
+	void *arg;
+
+	/* Called outside the lock: a callback may set the log again. */
+	pthread_mutex_lock(&d->log_lock);
+	fn = d->log_fn;
+	arg = d->log_arg;
+	pthread_mutex_unlock(&d->log_lock);
+	if (fn)
+		fn(arg, level, msg);
 }
 
 void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
@@ -173,12 +193,13 @@ void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
 	char msg[256];
 	va_list ap;
 
-	if (!d || !d->log_fn)
+	/* Formatted only where a callback is set (the common case: none). */
+	if (!d || !__atomic_load_n(&d->log_fn, __ATOMIC_RELAXED))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	d->log_fn(d->log_arg, level, msg);
+	pdma_log_msg(d, level, msg);
 }
 
 /* Counters and endpoints: see struct pdma_bind_target. */

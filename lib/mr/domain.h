@@ -193,6 +193,7 @@ struct pdma_domain {
 	char *kdev_path;             /* attr.kernel_device points here (our copy) */
 	struct pdma_cuda_kdev cuda_kdev; /* GPU memory pinned by the module: {cuda, kdev} */
 	pthread_mutex_t cuda_lock;
+	pthread_mutex_t log_lock;    /* the pair below changes together (set_log) */
 	pdma_log_fn log_fn;
 	void *log_arg;
 	struct pdma_fork_node fork_node; /* on pdma_fork_domains while open */
@@ -243,8 +244,10 @@ static inline void pdma_dom_quiesce(struct pdma_domain *d)
 		sched_yield();
 }
 
+/* To the domain's log callback (pdma_domain_set_log), if any; any thread. */
 void pdma_log(struct pdma_domain *d, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+void pdma_log_msg(struct pdma_domain *d, int level, const char *msg);
 
 /* key.c. pdma_key_new: a requested key checked for range and against the
  * live keys, or (PDMA_MR_PROV_KEY) a random one not live now; domain lock

@@ -10,6 +10,11 @@
 #include "mr/domain.h"
 #include "mem/cuda.h"
 
+static void cuda_log(void *arg, int level, const char *msg)
+{
+	pdma_log_msg(arg, level, msg);
+}
+
 static int cuda_open(struct pdma_domain *d, struct pdma_cuda **out)
 {
 	int ret = 0;
@@ -22,8 +27,9 @@ static int cuda_open(struct pdma_domain *d, struct pdma_cuda **out)
 		if (ret) {
 			pdma_log(d, 1, "CUDA memory: %s", pdma_cuda_last_error());
 		} else {
-			if (d->log_fn)
-				pdma_cuda_set_log(cu, d->log_fn, d->log_arg);
+			/* Through the domain, so that a later
+			 * pdma_domain_set_log reaches these lines too. */
+			pdma_cuda_set_log(cu, cuda_log, d);
 			d->cuda_kdev.kdev = d->kdev;
 			d->cuda_kdev.cuda = cu;
 			__atomic_store_n(&d->cuda, cu, __ATOMIC_RELEASE);

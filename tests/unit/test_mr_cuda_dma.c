@@ -218,6 +218,41 @@ static void test_managed_refused_logged(void **state)
 	}
 }
 
+static void count_log(void *arg, int level, const char *msg)
+{
+	(void)level;
+	if (strstr(msg, "managed"))
+		++*(int *)arg;
+}
+
+/* mr.h: pdma_domain_set_log routes every line from then on, the CUDA
+ * backend's too, though the backend was opened under the callback before
+ * (it kept that one). */
+static void test_set_log_later(void **state)
+{
+	uint64_t base = 0x7f0000000000ull;
+	struct pdma_domain *d;
+	struct pdma_mr *m = NULL;
+	int n = 0;
+
+	(void)state;
+	fadd(base, MiB, PDMA_CU_MEMORYTYPE_DEVICE, 1);
+	d = open_domain(0);
+	assert_int_equal(reg(d, base, 4096, NULL, &m), -EINVAL); /* opens the backend */
+	assert_non_null(strstr(last_log, "managed"));
+	last_log[0] = 0;
+	pdma_domain_set_log(d, count_log, &n);
+	assert_int_equal(reg(d, base, 4096, NULL, &m), -EINVAL);
+	assert_true(n >= 1);
+	assert_string_equal(last_log, ""); /* nothing to the old callback */
+	pdma_domain_set_log(d, NULL, NULL);
+	n = 0;
+	assert_int_equal(reg(d, base, 4096, NULL, &m), -EINVAL);
+	assert_int_equal(n, 0);
+	assert_string_equal(last_log, "");
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
 static void test_host_mr_has_no_dma(void **state)
 {
 	struct pdma_domain *d = open_domain(0);
@@ -397,6 +432,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_device_without_dmabuf_refused, setup_no_dmabuf,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_managed_refused_logged, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_set_log_later, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_mr_has_no_dma, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bind_eq_flags, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_revoked_bind_late, setup, teardown),
