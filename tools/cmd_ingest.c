@@ -87,7 +87,8 @@ static void usage(FILE *f, const struct pdma_ingest_ext *x)
 		"      --nic-bufs N      receive buffers in GPU memory (default 1024)\n"
 		"      --nic-buf-size B  2048 (default) or 4096 bytes a buffer\n"
 		"      --kernel-device F peerdma.ko's device (default /dev/peerdma)\n"
-		"      --cuda-device N   the GPU holding the buffers (default 0)\n"
+		"      --cuda-device N   the GPU holding the buffers (default 0); on the\n"
+		"                        host-staged and zero-copy paths too: the deframer's\n"
 		"      --deframer D      auto (default: GPU where its module loads), gpu or cpu\n"
 		"      --revoke-after N  fault injection: free the buffers' GPU memory after N\n"
 		"                        frames, as a buggy application would; ingest must stop\n"
@@ -268,7 +269,7 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 		case 'g':
 			bad = pdma_opt_u32(&o, 0, 1023, &u);
 			if (!bad)
-				c->nic.cuda_device = (int)u;
+				c->nic.cuda_device = c->cuda_device = (int)u;
 			break;
 		case 'D':
 			bad = pdma_opt_choice(&o, dfrs, &k);

@@ -129,10 +129,12 @@ int pdma_opt_parse_u64(const char *s, uint64_t *v)
 		base = 16;
 		s += 2;
 	}
-	if (!(base == 16 ? (*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f') ||
-				   (*s >= 'A' && *s <= 'F')
-			 : (*s >= '0' && *s <= '9')))
+	/* Every character a digit: strtoull would take a second "0x". */
+	if (!*s)
 		return -EINVAL;
+	for (const char *q = s; *q; q++)
+		if (base == 16 ? hexval(*q) < 0 : !(*q >= '0' && *q <= '9'))
+			return -EINVAL;
 	errno = 0;
 	unsigned long long x = strtoull(s, &end, base);
 	if (errno || *end)

@@ -169,7 +169,8 @@ static const struct cmdspec cmds[] = {
 /* Values no option of the kind accepts, whatever its range. */
 static const char *const bad_num[] = { "", "-1", "-5", "-0", "nan", "-nan", "NaN", "inf",
 				       "-inf", "infinity", "12abc", " 5", "5 ", "0x", "x5",
-				       "99999999999999999999999", "1,5", "--", "-", "1\n2", NULL };
+				       "99999999999999999999999", "1,5", "--", "-", "1\n2", "0x0x40", "0X0x1",
+				       "0x-1", "0x 1", NULL };
 static const char *const bad_dbl[] = { "", "-1", "-0.5", "nan", "-nan", "inf", "-inf",
 				       "1e400", "12abc", " 5", "5 ", "0x", "1.5.5", "-", NULL };
 static const char *const bad_str[] = { "", NULL };
