@@ -14,8 +14,10 @@
  * Lock order: (provider locks: GPU driver lock, dma_resv, mmap_lock, reclaim)
  * -> pin->lock -> client driver locks (quiesce). So nothing under pin->lock
  * calls into a provider or allocates memory: mapping a client runs under
- * pin->map_sem instead, which no revoke path takes (map_sem -> provider
- * locks); release takes it for write once, to wait for mappings in flight.
+ * pin->map_sem instead, which no revoke path takes under a provider lock
+ * (map_sem -> provider locks); release, and the host revoke's deferred half
+ * (a work item, no provider lock held), take it for write once, to wait for
+ * mappings in flight.
  * file->lock and file->ev_lock are never held while calling into a provider.
  */
 #ifndef PEERDMA_INTERNAL_H

@@ -35,7 +35,8 @@
  * Errors (negative errno from ioctl, as errno in user space):
  *   ENOTTY     unknown ioctl number
  *   EFAULT     argument or array pointer not readable/writable; address range
- *              not in user space (kernel address)
+ *              not in user space (kernel address); host memory not mapped or
+ *              not pinnable (VM_IO, VM_PFNMAP)
  *   EINVAL     size wrong (see above), unknown flag bit, nonzero pad/reserved,
  *              unknown kind, zero length, misaligned range with
  *              PEERDMA_PIN_EXACT, fd that is not a dma-buf, memory that the
@@ -44,13 +45,20 @@
  *   E2BIG      len above PEERDMA_MAX_PIN_LEN; nonzero bytes past the module's
  *              struct size
  *   ENOENT     unknown handle (never created by this file, or already unpinned)
- *   ENODEV     handle revoked (pages gone; only UNPIN and QUERY work on it)
+ *   ENODEV     handle revoked (pages gone; only UNPIN and QUERY work on it);
+ *              PIN: the dma-buf moved while it was being pinned
+ *   EAGAIN     PIN of host memory: the range kept changing under the pin (it
+ *              was invalidated on every try); try again
+ *   EPROTO     PIN of GPU memory: the GPU driver's page table is not one this
+ *              module reads (version, page size, or not covering the range)
  *   EACCES     file used from a process other than the one that opened it
  *   EPERM      physical/DMA addresses asked for without CAP_SYS_RAWIO
  *   ENOSPC     too many handles on this file (PEERDMA_MAX_HANDLES)
  *   ENOMEM     out of memory, or the GPU's BAR space is exhausted
  *   EBADF      bad dma-buf fd
  *   EOPNOTSUPP kind not available (no GPU provider)
+ *   other      the GPU driver's or the dma-buf exporter's own error, passed on
+ *              (EIO, ERANGE, ...)
  *
  * Invalidation events: read() on the file returns whole struct peerdma_event
  * records (a buffer shorter than one record: EINVAL; none queued: blocks, or
