@@ -110,6 +110,7 @@ int pdma_ingest_open(const struct pdma_ingest_attr *a, struct pdma_ingest **out,
 	case PDMA_INGEST_PATH_HOST_STAGED:
 	case PDMA_INGEST_PATH_ZERO_COPY:
 		c.path = a->path == PDMA_INGEST_PATH_HOST_STAGED ? PDMA_RX_HOST_STAGED : PDMA_RX_ZERO_COPY;
+		c.cuda_device = a->cuda_device;
 		/* one GPU batch is at most a ring's slots: the window must hold
 		 * a batch beyond the blocks still open (below) */
 		c.ring_slots = 2048;

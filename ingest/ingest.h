@@ -95,6 +95,8 @@ struct pdma_ingest_config {
 	struct pdma_sim *sim;       /* direct path: the simulated GPU holding the rings */
 	size_t gpu_chunk;           /* host-staged: bytes per copy (0: 4 MiB, >= 90% of the H100's copy-engine peak) */
 	enum pdma_ingest_launch gpu_launch; /* GPU paths: see deframe/gpu_batch.h */
+	int cuda_device;            /* host-staged, zero-copy: the GPU deframer's device
+				     * (the nic path: nic.cuda_device, its region's) */
 	/* nic path: the NIC and its region (nic.stage is set by the session);
 	 * domain must have a kernel device; eq, optional, bound with
 	 * PDMA_MR_REVOKE_EVENTS, confirms a revocation */

@@ -136,7 +136,8 @@ static int nic_open(struct pdma_ingest *ing, char *msg, size_t msglen)
 	ing->frm = (struct pdma_frm_cfg){ .max_len = PDMA_FRM_MAX_LEN, .port = c->port };
 	if (c->nic_deframer != PDMA_NIC_DFR_CPU) {
 		/* frames per batch: the NIC's poll batch */
-		ret = pdma_gpu_batch_open(&ing->gpu, &c->dfr, false, c->gpu_launch, 0, PDMA_RX_NIC_BATCH);
+		ret = pdma_gpu_batch_open(&ing->gpu, &c->dfr, c->nic.cuda_device, false, c->gpu_launch, 0,
+					  PDMA_RX_NIC_BATCH);
 		if (ret && c->nic_deframer == PDMA_NIC_DFR_GPU) {
 			snprintf(msg, msglen, "the GPU deframer: %s", ret == -ENOENT ?
 				 "its module (libpeerdma_vrt_cuda.so) was not built or not found" :
@@ -230,8 +231,8 @@ int pdma_ingest_open_config(const struct pdma_ingest_config *c, struct pdma_inge
 	}
 	ing->dfr_thread = true;
 	if (c->path == PDMA_RX_HOST_STAGED || c->path == PDMA_RX_ZERO_COPY) {
-		ret = pdma_gpu_batch_open(&ing->gpu, &c->dfr, c->path == PDMA_RX_HOST_STAGED, c->gpu_launch,
-					  c->gpu_chunk, c->ring_slots);
+		ret = pdma_gpu_batch_open(&ing->gpu, &c->dfr, c->cuda_device, c->path == PDMA_RX_HOST_STAGED,
+					  c->gpu_launch, c->gpu_chunk, c->ring_slots);
 		if (ret)
 			goto err;
 	}

@@ -85,7 +85,8 @@ int pdma_blocks_gpu_mem(struct pdma_gpu_batch *gb, struct pdma_blk_mem *mem, con
 		return e;
 	}
 	*window = t.out;
-	*mem = (struct pdma_blk_mem){ .kind = PDMA_BLOCK_CUDA, .device = 0, .copy = g_copy,
+	*mem = (struct pdma_blk_mem){ .kind = PDMA_BLOCK_CUDA, .device = pdma_gpu_batch_device(gb),
+				      .copy = g_copy,
 				      .zero = g_zero, .fence = g_fence, .stream_wait = g_stream_wait,
 				      .event_destroy = g_event_destroy, .read = g_read, .alloc = g_alloc,
 				      .free = g_free, .fini = free, .arg = m };

@@ -12,6 +12,7 @@ struct pdma_gpu_batch {
 	struct pdma_gpu_ops ops;
 	void *dl;                    /* the module's handle */
 	struct pdma_gpu_dfr *dfr;    /* the deframer on the device */
+	int device;                  /* its CUDA ordinal */
 	struct pdma_dfr_desc *desc;  /* the descriptors of one batch */
 	uint32_t ndesc;              /* ... at most */
 	bool staged;
@@ -19,8 +20,8 @@ struct pdma_gpu_batch {
 	int err;                     /* first failure */
 };
 
-int pdma_gpu_batch_open(struct pdma_gpu_batch **out, const struct pdma_dfr_config *cfg, bool staged,
-			enum pdma_ingest_launch launch, size_t chunk, uint32_t ring_slots)
+int pdma_gpu_batch_open(struct pdma_gpu_batch **out, const struct pdma_dfr_config *cfg, int device,
+			bool staged, enum pdma_ingest_launch launch, size_t chunk, uint32_t ring_slots)
 {
 	struct pdma_gpu_batch *b = calloc(1, sizeof(*b));
 	int ret;
@@ -32,7 +33,8 @@ int pdma_gpu_batch_open(struct pdma_gpu_batch **out, const struct pdma_dfr_confi
 	ret = pdma_gpu_load(&b->ops, &b->dl);
 	if (ret)
 		goto err;
-	ret = b->ops.open(cfg, 0, &b->dfr);
+	b->device = device;
+	ret = b->ops.open(cfg, device, &b->dfr);
 	if (ret)
 		goto err;
 	/* Default: the module's (graph launch unless PEERDMA_GPU_LAUNCH says
@@ -174,6 +176,11 @@ const char *pdma_gpu_batch_launch_name(struct pdma_gpu_batch *b)
 const char *pdma_gpu_batch_kernel(struct pdma_gpu_batch *b)
 {
 	return b->ops.kernel_name(b->dfr);
+}
+
+int pdma_gpu_batch_device(const struct pdma_gpu_batch *b)
+{
+	return b->device;
 }
 
 const struct pdma_gpu_ops *pdma_gpu_batch_ops(struct pdma_gpu_batch *b, struct pdma_gpu_dfr **g)

@@ -29,10 +29,12 @@ enum pdma_ingest_launch { PDMA_INGEST_LAUNCH_DEFAULT = 0, PDMA_INGEST_LAUNCH_STR
 struct pdma_gpu_batch;
 /* staged: host-staged (the ring is copied to the GPU in chunk-byte copies,
  * 0: 4 MiB), else zero-copy (the GPU reads the mapped ring). ring_slots: the
- * rings' slots as configured (a batch never exceeds a ring). -ENODEV without
- * a GPU, -ENOENT when the module was not built. */
-int pdma_gpu_batch_open(struct pdma_gpu_batch **b, const struct pdma_dfr_config *cfg, bool staged,
-			enum pdma_ingest_launch launch, size_t chunk, uint32_t ring_slots);
+ * rings' slots as configured (a batch never exceeds a ring). device: the
+ * CUDA ordinal every call of the module runs on. -ENODEV without a GPU or
+ * without that one, -ENOENT when the module was not built. */
+int pdma_gpu_batch_open(struct pdma_gpu_batch **b, const struct pdma_dfr_config *cfg, int device,
+			bool staged, enum pdma_ingest_launch launch, size_t chunk, uint32_t ring_slots);
+int pdma_gpu_batch_device(const struct pdma_gpu_batch *b);
 void pdma_gpu_batch_close(struct pdma_gpu_batch *b);
 /* Pin and map a ring for the device (and unregister it before its fini). */
 int pdma_gpu_batch_register(struct pdma_gpu_batch *b, const struct pdma_ring *r);

@@ -168,6 +168,8 @@ const char *pdma_domain_cache_monitor(const struct pdma_domain *d)
  * the new callback, each with its own argument. */
 void pdma_domain_set_log(struct pdma_domain *d, pdma_log_fn fn, void *arg)
 {
+	if (!d)
+		return;
 	pthread_mutex_lock(&d->log_lock);
 	__atomic_store_n(&d->log_fn, fn, __ATOMIC_RELAXED); /* pdma_log's unlocked test */
 	d->log_arg = arg;

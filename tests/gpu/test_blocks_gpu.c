@@ -36,6 +36,8 @@ static struct {
 	int (*stream_create)(void **, unsigned);
 	int (*stream_sync)(void *);
 	int (*stream_destroy)(void *);
+	int (*dev_count)(int *);
+	int (*ptr_attr)(void *, int, uint64_t);
 } C;
 
 static int cuda_setup(void)
@@ -55,6 +57,8 @@ static int cuda_setup(void)
 	C.stream_create = (int (*)(void **, unsigned))dlsym(C.cu, "cuStreamCreate");
 	C.stream_sync = (int (*)(void *))dlsym(C.cu, "cuStreamSynchronize");
 	C.stream_destroy = (int (*)(void *))dlsym(C.cu, "cuStreamDestroy_v2");
+	C.dev_count = (int (*)(int *))dlsym(C.cu, "cuDeviceGetCount");
+	C.ptr_attr = (int (*)(void *, int, uint64_t))dlsym(C.cu, "cuPointerGetAttribute");
 	if (!C.init || C.init(0) || C.dev_get(&dev, 0) || C.ctx_retain(&ctx, dev) || C.ctx_set(ctx))
 		return -1;
 	return 0;
@@ -84,7 +88,10 @@ static void *send_main(void *arg)
 	return NULL;
 }
 
-static void run_path(enum pdma_ingest_path_kind path)
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+
+/* Blocks of a session on cuda_device (ingest.h): there, and said so. */
+static void run_path(enum pdma_ingest_path_kind path, int device)
 {
 	struct pdma_ingest_attr a;
 	struct pdma_sub_attr sa;
@@ -99,6 +106,7 @@ static void run_path(enum pdma_ingest_path_kind path)
 
 	pdma_ingest_attr_init(&a);
 	a.path = path;
+	a.cuda_device = device;
 	e = pdma_ingest_open(&a, &ing, msg, sizeof(msg));
 	if (e)
 		fail_msg("open (%s): %s: %s", path == PDMA_INGEST_PATH_HOST_STAGED ? "host-staged" : "zero-copy",
@@ -149,6 +157,11 @@ static void run_path(enum pdma_ingest_path_kind path)
 			host = malloc(bytes);
 			cap = bytes;
 		}
+		assert_int_equal(b->device, device);
+		int ord = -1;
+		assert_int_equal(C.ptr_attr(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+					    (uint64_t)(uintptr_t)b->data), 0);
+		assert_int_equal(ord, device);
 		assert_int_equal(C.ev_sync(b->cuda_event), 0);
 		assert_int_equal(C.dtoh(host, (uint64_t)(uintptr_t)b->data, bytes), 0);
 		uint32_t g;
@@ -165,6 +178,7 @@ static void run_path(enum pdma_ingest_path_kind path)
 			assert_int_equal(pdma_block_dlpack(b, (intptr_t)st, &mt), 0);
 			DLManagedTensor *t = mt;
 			assert_int_equal(t->dl_tensor.device.device_type, kDLCUDA);
+			assert_int_equal(t->dl_tensor.device.device_id, device);
 			assert_ptr_equal(t->dl_tensor.data, b->data);
 			assert_int_equal(t->dl_tensor.shape[0], (int64_t)b->nsamples);
 			assert_int_equal(C.stream_sync(st), 0);
@@ -199,13 +213,42 @@ static void run_path(enum pdma_ingest_path_kind path)
 static void test_blocks_host_staged(void **state)
 {
 	(void)state;
-	run_path(PDMA_INGEST_PATH_HOST_STAGED);
+	run_path(PDMA_INGEST_PATH_HOST_STAGED, 0);
 }
 
 static void test_blocks_zero_copy(void **state)
 {
 	(void)state;
-	run_path(PDMA_INGEST_PATH_ZERO_COPY);
+	run_path(PDMA_INGEST_PATH_ZERO_COPY, 0);
+}
+
+/* ingest.h cuda_device on the GPU paths: a device that does not exist is
+ * refused at open (it was ignored: every session ran on device 0), and with
+ * a second GPU the blocks are on it. */
+static void test_cuda_device(void **state)
+{
+	enum pdma_ingest_path_kind paths[] = { PDMA_INGEST_PATH_HOST_STAGED, PDMA_INGEST_PATH_ZERO_COPY };
+	struct pdma_ingest_attr a;
+	struct pdma_ingest *ing;
+	char msg[256];
+	int n = 0;
+
+	(void)state;
+	assert_int_equal(C.dev_count(&n), 0);
+	for (int i = 0; i < 2; i++) {
+		pdma_ingest_attr_init(&a);
+		a.path = paths[i];
+		a.cuda_device = n;
+		assert_int_equal(pdma_ingest_open(&a, &ing, msg, sizeof(msg)), -ENODEV);
+		a.cuda_device = -1;
+		assert_int_equal(pdma_ingest_open(&a, &ing, msg, sizeof(msg)), -ENODEV);
+	}
+	if (n < 2) {
+		printf("one CUDA device: blocks on a second one not run here\n");
+		return;
+	}
+	run_path(PDMA_INGEST_PATH_HOST_STAGED, n - 1);
+	run_path(PDMA_INGEST_PATH_ZERO_COPY, n - 1);
 }
 
 int main(void)
@@ -230,6 +273,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_blocks_host_staged),
 		cmocka_unit_test(test_blocks_zero_copy),
+		cmocka_unit_test(test_cuda_device),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

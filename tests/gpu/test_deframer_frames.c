@@ -305,7 +305,7 @@ static void test_batch(void **state)
 	uint32_t map[64];
 	(void)state;
 	assert_int_equal(pdma_dfr_init(&d, &F.cfg), 0);
-	assert_int_equal(pdma_gpu_batch_open(&b, &F.cfg, false, PDMA_INGEST_LAUNCH_DEFAULT, 0, F.r.n), 0);
+	assert_int_equal(pdma_gpu_batch_open(&b, &F.cfg, 0, false, PDMA_INGEST_LAUNCH_DEFAULT, 0, F.r.n), 0);
 	assert_int_equal(pdma_gpu_batch_register_mem(b, F.r.base, (size_t)F.r.n * FR_BUF), 0);
 	uint32_t half = F.r.n / 2;
 	assert_int_equal(pdma_gpu_batch_frames(b, &F.fc, F.r.base, F.r.fr, half, &d.acct, &d.frames), 0);

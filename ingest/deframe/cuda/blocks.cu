@@ -27,6 +27,7 @@ int dfr_blk_tables(struct pdma_gpu_dfr *g, struct pdma_dfr_tables *t)
 
 int dfr_blk_copy(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n)
 {
+	on_device dev(g->device);
 	size_t n32 = n / 4;
 	unsigned blocks = (unsigned)((n32 + 255) / 256);
 
@@ -43,12 +44,14 @@ int dfr_blk_copy(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n)
 
 int dfr_blk_zero(struct pdma_gpu_dfr *g, void *dst, size_t n)
 {
+	on_device dev(g->device);
 	CK(g, cudaMemsetAsync(dst, 0, n, g->s[0]));
 	return 0;
 }
 
 int dfr_blk_fence(struct pdma_gpu_dfr *g, void **event)
 {
+	on_device dev(g->device);
 	cudaEvent_t ev = (cudaEvent_t)*event;
 
 	if (!ev) {
@@ -60,24 +63,6 @@ int dfr_blk_fence(struct pdma_gpu_dfr *g, void **event)
 	return 0;
 }
 
-/* Calls from a consumer's thread run on the deframer's device, and leave
- * the thread's current device as it was. */
-struct on_device {
-	int prev = -1;
-	explicit on_device(int dev)
-	{
-		cudaGetDevice(&prev);
-		if (prev != dev)
-			cudaSetDevice(dev);
-	}
-	~on_device()
-	{
-		int now = -1;
-		cudaGetDevice(&now);
-		if (prev >= 0 && now != prev)
-			cudaSetDevice(prev);
-	}
-};
 
 /* Its stream waits for the block's copies. The DLPack stream values 1 and 2
  * are the legacy and per-thread default streams, which is what
@@ -103,7 +88,8 @@ int dfr_blk_read(struct pdma_gpu_dfr *g, void *dst, const void *src, size_t n, v
 
 void dfr_blk_event_destroy(struct pdma_gpu_dfr *g, void *event)
 {
-	(void)g;
+	on_device dev(g->device);
+
 	if (event)
 		cudaEventDestroy((cudaEvent_t)event);
 }

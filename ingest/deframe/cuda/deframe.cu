@@ -459,6 +459,7 @@ int dfr_enqueue_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_s
 
 static int g_reset(struct pdma_gpu_dfr *g)
 {
+	on_device dev(g->device);
 	size_t ns = g->c.max_streams, tags = ns * g->c.out_pkts;
 	CK(g, cudaMemset(g->t.keys, 0, ns * sizeof(uint64_t)));
 	CK(g, cudaMemset(g->t.plen, 0, ns * sizeof(uint32_t)));
@@ -481,6 +482,7 @@ static void g_close(struct pdma_gpu_dfr *g)
 {
 	if (!g)
 		return;
+	on_device dev(g->device);
 	dfr_graph_fini(g);
 	cudaFree(g->d_pmax);
 	if (g->hint_h)
@@ -550,10 +552,8 @@ static int env_kernel(struct pdma_gpu_dfr *g, const char *name)
 	return -EINVAL;
 }
 
-static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_dfr **out)
+static int g_open_on(const struct pdma_dfr_config *c, int device, struct pdma_gpu_dfr **out)
 {
-	if (!pdma_dfr_config_ok(c))
-		return -EINVAL;
 	struct pdma_gpu_dfr *g = (struct pdma_gpu_dfr *)calloc(1, sizeof(*g));
 	const char *env;
 	int ret;
@@ -575,7 +575,6 @@ static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_d
 	} while (0)
 	if ((ret = dfr_graph_init(g)))
 		goto err;
-	OPEN_CK(cudaSetDevice(device));
 	OPEN_CK(cudaGetDeviceProperties(&g->prop, device));
 	g->sms = g->prop.multiProcessorCount;
 	OPEN_CK(cudaMalloc(&g->d_pmax, sizeof(uint32_t)));
@@ -617,6 +616,22 @@ err:
 	return ret;
 }
 
+static int g_open(const struct pdma_dfr_config *c, int device, struct pdma_gpu_dfr **out)
+{
+	int n = 0;
+
+	if (!pdma_dfr_config_ok(c))
+		return -EINVAL;
+	/* A device that does not exist is refused here, not used as another. */
+	if (cudaGetDeviceCount(&n) != cudaSuccess || device < 0 || device >= n) {
+		cudaGetLastError();
+		fprintf(stderr, "gpu deframer: CUDA device %d does not exist (%d present)\n", device, n);
+		return -ENODEV;
+	}
+	on_device dev(device); /* the open's allocations, streams and events */
+	return g_open_on(c, device, out);
+}
+
 static const char *g_name(struct pdma_gpu_dfr *g)
 {
 	return g->prop.name;
@@ -624,24 +639,28 @@ static const char *g_name(struct pdma_gpu_dfr *g)
 
 static int g_dev_alloc(struct pdma_gpu_dfr *g, size_t bytes, void **p)
 {
+	on_device dev(g->device);
 	CK(g, cudaMalloc(p, bytes));
 	return 0;
 }
 
 static int g_dev_free(struct pdma_gpu_dfr *g, void *p)
 {
+	on_device dev(g->device);
 	CK(g, cudaFree(p));
 	return 0;
 }
 
 static int g_upload(struct pdma_gpu_dfr *g, void *d, const void *s, size_t n)
 {
+	on_device dev(g->device);
 	CK(g, cudaMemcpy(d, s, n, cudaMemcpyHostToDevice));
 	return 0;
 }
 
 static int g_host_register(struct pdma_gpu_dfr *g, void *p, size_t n)
 {
+	on_device dev(g->device);
 	void *d;
 	CK(g, cudaHostRegister(p, n, cudaHostRegisterMapped | cudaHostRegisterPortable));
 	/* Remembered so that each batch's device address costs no driver call. */
@@ -660,6 +679,7 @@ static int g_host_register(struct pdma_gpu_dfr *g, void *p, size_t n)
 
 static int g_host_unregister(struct pdma_gpu_dfr *g, void *p)
 {
+	on_device dev(g->device);
 	for (auto &r : g->reg)
 		if (r.p == p)
 			r.p = NULL;
@@ -691,6 +711,7 @@ int dfr_dev_ptr(struct pdma_gpu_dfr *g, const void *p, const void **dp)
 
 int dfr_run(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint32_t n, struct pdma_dfr_desc *desc)
 {
+	on_device dev(g->device);
 	const void *dp;
 	int ret = dfr_dev_ptr(g, slots, &dp);
 	if (ret)
@@ -708,6 +729,7 @@ int dfr_run(struct pdma_gpu_dfr *g, const void *slots, uint32_t slot_size, uint3
 int dfr_run_staged(struct pdma_gpu_dfr *g, const void *host, uint32_t slot_size, uint32_t span, uint32_t n,
 		   size_t chunk, struct pdma_dfr_desc *desc)
 {
+	on_device dev(g->device);
 	int ret;
 	if (desc && (ret = dfr_ensure_desc(g, n)))
 		return ret;
@@ -760,6 +782,7 @@ static int g_run_frames(struct pdma_gpu_dfr *g, const struct pdma_frm_cfg *fc, c
 	int ret;
 	if (!n)
 		return 0;
+	on_device dev(g->device);
 	if ((ret = dfr_dev_ptr(g, base, &dbase)))
 		return ret;
 	/* Frame descriptors the device can read where they are, else a copy
@@ -795,6 +818,7 @@ static int g_run_frames(struct pdma_gpu_dfr *g, const struct pdma_frm_cfg *fc, c
 
 static int g_read_tables(struct pdma_gpu_dfr *g, struct pdma_dfr_tables *t)
 {
+	on_device dev(g->device);
 	size_t ns = g->c.max_streams, tags = ns * g->c.out_pkts;
 	CK(g, cudaMemcpy(t->keys, g->t.keys, ns * sizeof(uint64_t), cudaMemcpyDeviceToHost));
 	CK(g, cudaMemcpy(t->plen, g->t.plen, ns * sizeof(uint32_t), cudaMemcpyDeviceToHost));

@@ -63,6 +63,27 @@ struct kvar {
 
 struct gent;
 
+/* Every call into the module runs on the deframer's device (its open's
+ * ordinal), whichever thread makes it, and leaves the thread's current device
+ * as it was: the caller's thread (open, uploads), the session's deframer
+ * thread and the consumers' threads (blocks.cu). */
+struct on_device {
+	int prev = -1;
+	explicit on_device(int dev)
+	{
+		cudaGetDevice(&prev);
+		if (prev != dev)
+			cudaSetDevice(dev);
+	}
+	~on_device()
+	{
+		int now = -1;
+		cudaGetDevice(&now);
+		if (prev >= 0 && now != prev)
+			cudaSetDevice(prev);
+	}
+};
+
 struct pdma_gpu_dfr {
 	struct pdma_dfr_config c;
 	int device;
