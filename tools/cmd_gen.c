@@ -89,6 +89,7 @@ struct gen_args {
 	const char *pcap;
 	bool pcap_only, json;
 	bool eth, host_set, threads_set;
+	bool nic_opt;                /* --kernel-device or --cuda-device given (need --nic) */
 	char eth_only[40];           /* the first --eth option given (for the error without --eth) */
 	char to_host[16];            /* --to: the dgram socket */
 	struct pdma_gen_nic nic;     /* --nic: transmit from GPU memory */
@@ -213,7 +214,7 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 				a->e.addr.sport = (uint16_t)p;
 			break;
 		}
-		case 'X': bad = pdma_opt_u32(&o, 1, UINT32_MAX, &a->e.malformed_every); break;
+		case 'X': bad = pdma_opt_u32(&o, 0, UINT32_MAX, &a->e.malformed_every); break;
 		case 'N': bad = pdma_opt_str(&o, &a->nic.dev); break;
 		case 'K': bad = pdma_opt_str(&o, &a->nic.kernel_device); break;
 		case 'G': {
@@ -228,6 +229,8 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 		}
 		if (bad)
 			return 2;
+		if (strchr("KG", opt))
+			a->nic_opt = true;
 		if (strchr("OMmDFQXNKG", opt) && !a->eth_only[0])
 			snprintf(a->eth_only, sizeof(a->eth_only), "%s", o.name);
 	}
@@ -238,7 +241,7 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 	if (a->eth) {
 		if (a->to_port && a->nic.dev)
 			return pdma_opt_fail(&o, "--to and --nic both name where frames go: one of them");
-		if ((a->nic.kernel_device || a->nic.cuda_device) && !a->nic.dev)
+		if (a->nic_opt && !a->nic.dev)
 			return pdma_opt_fail(&o, "--kernel-device and --cuda-device go with --nic");
 		if (!a->to_port && !a->nic.dev && !a->pcap_only)
 			return pdma_opt_fail(&o, "--eth needs --to ADDR:PORT (QEMU's -netdev dgram socket), "

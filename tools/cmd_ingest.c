@@ -87,8 +87,8 @@ static void usage(FILE *f, const struct pdma_ingest_ext *x)
 		"      --nic-bufs N      receive buffers in GPU memory (default 1024)\n"
 		"      --nic-buf-size B  2048 (default) or 4096 bytes a buffer\n"
 		"      --kernel-device F peerdma.ko's device (default /dev/peerdma)\n"
-		"      --cuda-device N   the GPU holding the buffers (default 0); on the\n"
-		"                        host-staged and zero-copy paths too: the deframer's\n"
+		"      --cuda-device N   the GPU (default 0): the nic path's buffers, and the\n"
+		"                        deframer's on every GPU path (host-staged, zero-copy)\n"
 		"      --deframer D      auto (default: GPU where its module loads), gpu or cpu\n"
 		"      --revoke-after N  fault injection: free the buffers' GPU memory after N\n"
 		"                        frames, as a buggy application would; ingest must stop\n"
@@ -114,7 +114,8 @@ static void usage(FILE *f, const struct pdma_ingest_ext *x)
 		"  -i, --idle MS         stop MS milliseconds after the last datagram arrived (received,\n"
 		"                        or dropped by a full receive ring; default: never)\n"
 		"  -j, --json FILE       write the JSON summary to FILE ('-' = stdout, the default)\n"
-		"  -q, --quiet           no live progress line\n"
+		"  -q, --quiet           nothing on stderr but errors: no progress line, no\n"
+		"                        report (the JSON has everything)\n"
 		"  -h, --help\n"
 		"Stops on SIGINT/SIGTERM too. Exit status 0 when the run completed (loss is reported,\n"
 		"not an error), 1 on failure, 2 on usage errors.\n");
@@ -312,6 +313,11 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 		return pdma_opt_fail(&o, "--xdp-dev is for --rx xdp");
 	if (c->path == PDMA_RX_NIC && c->threads != 1)
 		return pdma_opt_fail(&o, "--path nic: one NIC, one receive thread (--threads 1)");
+	/* --zmq's blocks (64 packets, published one behind: three in the
+	 * window); record and forward check their own block options. */
+	if (a->zmq.endpoint && !x && (c->dfr.out_pkts % 64 || c->dfr.out_pkts < 192))
+		return pdma_opt_fail(&o, "--zmq: --out-packets (%u) must be a multiple of 64, at least 192",
+				     c->dfr.out_pkts);
 	return x && x->check ? x->check(x->arg, &o, c) : 0;
 }
 
@@ -436,34 +442,35 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 	if (!quiet && isatty(STDERR_FILENO))
 		pdma_ingest_set_progress(ing, stderr);
 	struct pdma_ingest_zmq *zmq = NULL;
+	/* record and forward first: they enable the session's blocks, with
+	 * their own block options, and --zmq publishes those same blocks. */
+	if (x && x->attach(x->arg, ing, &c, quiet)) {
+		status = 1;
+		goto out_ing;
+	}
 	if (a.zmq.endpoint) {
-		/* The public API's block defaults (pdma_ingest_attr_init): 64
-		 * packets a block, published one block behind the newest packet
-		 * or 100 ms after the last datagram, 16 pool buffers a stream. */
-		ret = pdma_ingest_enable_blocks(ing, 64, 1, 16, 100);
+		/* Plain ingest: the public API's block defaults
+		 * (pdma_ingest_attr_init): 64 packets a block, published one
+		 * block behind the newest packet or 100 ms after the last
+		 * datagram, 16 pool buffers a stream. */
+		ret = x ? 0 : pdma_ingest_enable_blocks(ing, 64, 1, 16, 100);
 		if (ret) {
 			fprintf(stderr, "peerdma ingest: --zmq: blocks: %s%s\n", strerror(-ret),
 				ret == -EINVAL ? " (--out-packets: a multiple of 64, at least 192)"
 				: ret == -EOPNOTSUPP ? " on this path (--path nic: with --deframer cpu)" : "");
 			status = 1;
-			goto out_ing;
+			goto out_x;
 		}
 		if (pdma_ingest_zmq_begin(&zmq, ing, &a.zmq, c.dfr.sample_rate, quiet, &got_signal)) {
 			status = 1;
-			goto out_ing;
+			goto out_x;
 		}
-	}
-	if (x && x->attach(x->arg, ing, &c, quiet)) {
-		status = 1;
-		goto out_zmq;
 	}
 	ret = pdma_ingest_start(ing);
 	if (ret) {
 		fprintf(stderr, "%s: start: %s\n", me, strerror(-ret));
-		if (x)
-			x->detach(x->arg, ing, NULL);
 		status = 1;
-		goto out_zmq;
+		goto out_x;
 	}
 	if (!quiet && c.path == PDMA_RX_NIC) {
 		json_t *nj = pdma_ingest_json(ing, 0);
@@ -528,7 +535,6 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 		/* the stop published every open block: drain them to the subscribers */
 		if (pdma_ingest_zmq_finish(zmq, j, &got_signal))
 			status = 1;
-		zmq = NULL;
 	}
 	if (x && x->detach(x->arg, ing, j))
 		status = 1;
@@ -572,11 +578,15 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 		}
 	}
 	json_decref(j);
-out_zmq:
+	goto out_ing;
+out_x:
+	/* Set up, never started: nothing will end the subscriptions. */
 	if (zmq) {
-		pdma_ingest_stop(ing);
+		pdma_ingest_zmq_abandon(zmq);
 		pdma_ingest_zmq_finish(zmq, NULL, &got_signal);
 	}
+	if (x)
+		x->detach(x->arg, ing, NULL);
 out_ing:
 	pdma_ingest_close(ing);
 out_dom:

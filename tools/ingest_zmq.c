@@ -21,6 +21,7 @@ struct pdma_ingest_zmq {
 	struct pdma_ingest_zmq_opts o;
 	pthread_t th;
 	atomic_bool done;
+	atomic_bool abandon; /* the session never started: no -EPIPE will come */
 	int err;
 	char msg[256];
 };
@@ -32,8 +33,11 @@ static void *publisher(void *arg)
 	for (;;) {
 		struct pdma_block *b;
 		int r = pdma_sub_next(p->sub, &b, 100);
-		if (r == -ETIMEDOUT)
+		if (r == -ETIMEDOUT) {
+			if (atomic_load(&p->abandon))
+				break;
 			continue;
+		}
 		if (r == -EPIPE)
 			break; /* stopped and drained */
 		if (r) {
@@ -152,6 +156,11 @@ static json_t *zmq_json(struct pdma_ingest_zmq *p)
 			 "streams", streams);
 }
 
+void pdma_ingest_zmq_abandon(struct pdma_ingest_zmq *p)
+{
+	atomic_store(&p->abandon, true);
+}
+
 int pdma_ingest_zmq_finish(struct pdma_ingest_zmq *p, struct json_t *j, volatile sig_atomic_t *sig)
 {
 	sig_atomic_t at_start = *sig;
@@ -190,6 +199,10 @@ int pdma_ingest_zmq_begin(struct pdma_ingest_zmq **zp, struct pdma_ingest *ing,
 bool pdma_ingest_zmq_failed(struct pdma_ingest_zmq *p)
 {
 	return false;
+}
+
+void pdma_ingest_zmq_abandon(struct pdma_ingest_zmq *p)
+{
 }
 
 int pdma_ingest_zmq_finish(struct pdma_ingest_zmq *p, struct json_t *j, volatile sig_atomic_t *sig)

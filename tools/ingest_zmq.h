@@ -36,6 +36,10 @@ int pdma_ingest_zmq_begin(struct pdma_ingest_zmq **zp, struct pdma_ingest *ing,
 			  bool quiet, volatile sig_atomic_t *stop);
 /* The publisher stopped on an error (said on stderr): the run should end. */
 bool pdma_ingest_zmq_failed(struct pdma_ingest_zmq *z);
+/* The session will never start (a later setup step failed): the publisher
+ * ends at its next empty wait instead of waiting for the stop's end of the
+ * subscription. Before pdma_ingest_zmq_finish. */
+void pdma_ingest_zmq_abandon(struct pdma_ingest_zmq *z);
 /* After pdma_ingest_stop: waits for the publisher to drain the subscription
  * (a new signal after this call began cancels a publish stuck on a
  * subscriber that does not read), adds "zmq" to the summary j, closes. 0, or

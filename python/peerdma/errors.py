@@ -32,6 +32,14 @@ class NoDevice(PeerdmaError):
     deframer module, a NIC path without the NIC."""
 
 
+class ConnectionRefused(PeerdmaError, ConnectionRefusedError):
+    """ECONNREFUSED: nothing listens where a Consumer connects."""
+
+
+class ConnectionReset(PeerdmaError, ConnectionResetError):
+    """ECONNRESET: the peer went away (a forwarder that ended)."""
+
+
 class Closed(PeerdmaError, ValueError):
     """EBADF: the session, subscription or block was closed or released."""
 
@@ -53,6 +61,8 @@ _BY_ERRNO = {
     _errno.EBUSY: Busy,
     _errno.ENODEV: NoDevice,
     _errno.EBADF: Closed,
+    _errno.ECONNREFUSED: ConnectionRefused,
+    _errno.ECONNRESET: ConnectionReset,
 }
 
 

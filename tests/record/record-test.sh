@@ -147,6 +147,39 @@ rpid=
 "$py" "$src/sigmf_check.py" "$d" cap "$d/sent.pcap" 10000000 || { cat "$d/gen.err" "$d/record.err"; exit 1; }
 echo "record-test: signals: $(cat "$d/gen.err")"
 
+# --zmq beside the recording (ingest's option, publishing record's blocks):
+# the recordings are as without it, the summary counts the messages. Before,
+# record refused its own blocks (-EBUSY, "sample blocks on this path") and
+# never exited, not even on SIGTERM: the watchdog ends it and the case fails.
+if "$tool" record --help 2>&1 | grep -q -- '--zmq'; then
+	d=$tmp/zmq
+	mkdir -p "$d"
+	start_record "$d" --idle 1500 --zmq 'tcp://127.0.0.1:*'
+	[ -n "$port" ] || { echo "record-test: zmq: record did not start"; cat "$d/record.err"; exit 1; }
+	(sleep 60; kill -9 "$rpid") 2>/dev/null &
+	wd=$!
+	"$tool" gen --port "$port" --streams 2 --packets 2000 --loss 10 --seed 5 --rate 40000 \
+		--pcap "$d/sent.pcap" >/dev/null 2>"$d/gen.err"
+	if ! wait "$rpid"; then
+		rpid=
+		echo "record-test: zmq: peerdma record --zmq failed or hung"; cat "$d/record.err"; exit 1
+	fi
+	rpid=
+	kill "$wd" 2>/dev/null || true
+	"$py" "$src/sigmf_check.py" "$d" cap "$d/sent.pcap" 10000000 || { cat "$d/record.err"; exit 1; }
+	"$py" -c 'import json, sys; z = json.load(open(sys.argv[1]))["zmq"]; sys.exit(0 if z["messages"] > 0 else 1)' \
+		"$d/summary.json" || { echo "record-test: zmq: no message published"; exit 1; }
+	# set up, refused before the start: ends at once with its line
+	if timeout 20 "$tool" record --port 0 --dir "$tmp/none" --zmq 'tcp://127.0.0.1:*' --duration 0.1 -q \
+		>/dev/null 2>"$tmp/e0"; then
+		echo "record-test: zmq: a missing --dir was accepted"; exit 1
+	fi
+	grep -q 'not a directory' "$tmp/e0" || { echo "record-test: zmq, missing --dir:"; cat "$tmp/e0"; exit 1; }
+	echo "record-test: zmq: $(cat "$d/gen.err")"
+else
+	echo "record-test: zmq: skipped: built without ZeroMQ"
+fi
+
 # Refusal, with its one line.
 if "$tool" record --port 0 --dir "$tmp/none" --duration 0.1 -q >/dev/null 2>"$tmp/e1"; then
 	echo "record-test: a missing --dir was accepted"; exit 1

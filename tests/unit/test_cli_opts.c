@@ -627,7 +627,10 @@ static void test_gen_eth_combos(void **state)
 		{ { "--eth", "--to", "127.0.0.1:5555", "--cuda-device", "1" }, 2, "--cuda-device" },
 		{ { "--nic", "/dev/peerdma_nic0" }, 2, "--nic" },
 		{ { "--eth", "--to", "127.0.0.1:5555", "-S", "65468" }, 2, "--packet-size" },
-		{ { "--eth", "--to", "127.0.0.1:5555", "--malformed", "0" }, 2, "--malformed" },
+		/* 0: none, the default the help names */
+		{ { "--eth", "--to", "127.0.0.1:5555", "--malformed", "0" }, 0, NULL },
+		/* given at all, even at the default value, it needs --nic */
+		{ { "--eth", "--to", "127.0.0.1:5555", "--cuda-device", "0" }, 2, "--cuda-device" },
 	};
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
