@@ -359,13 +359,17 @@ int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x)
 	uint64_t count = a.count;
 
 	/* Slots (receive buffers on the nic path) hold whole datagrams; the
-	 * output keeps whole payloads. */
+	 * output keeps whole payloads: as long as the longest a slot holds, so
+	 * that the default 9216-byte slots take jumbo datagrams (a 9000-byte
+	 * one carries up to 8968 bytes of payload), up to UDP's 65507 bytes. */
 	if (c.path == PDMA_RX_NIC) {
 		uint32_t bs = c.nic.buf_size ? c.nic.buf_size : 2048;
 		if (c.dfr.max_payload > bs)
 			c.dfr.max_payload = bs & ~3u;
-	} else if (c.dfr.max_payload > c.slot_size)
-		c.dfr.max_payload = (c.slot_size - PDMA_SLOT_HDR) & ~3u;
+	} else {
+		uint32_t room = c.slot_size > PDMA_SLOT_HDR ? c.slot_size - PDMA_SLOT_HDR : 0;
+		c.dfr.max_payload = (room < 65507 ? room : 65507) & ~3u;
+	}
 
 	struct pdma_sim *sim = NULL;
 	struct pdma_domain *dom = NULL;
