@@ -145,6 +145,7 @@ static int forward_detach(void *arg, struct pdma_ingest *ing, json_t *summary)
 	json_t *o = json_object(), *a = json_array();
 
 	(void)ing;
+	pdma_fwd_drain(w->f); /* what the stop published, sent: final counts */
 	pdma_fwd_stats(w->f, &s);
 	for (uint32_t i = 0; pdma_fwd_consumer(w->f, i, &cs) == 0; i++) {
 		json_t *j = json_object(), *ids = json_array();

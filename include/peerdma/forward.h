@@ -114,6 +114,11 @@ int pdma_fwd_start(struct pdma_fwd *f);
 void pdma_fwd_stats(struct pdma_fwd *f, struct pdma_fwd_stats *s);
 /* Consumer slot i (0 .. stats.consumers - 1): -ENOENT past the last. */
 int pdma_fwd_consumer(struct pdma_fwd *f, uint32_t i, struct pdma_fwd_consumer_stats *s);
+/* After pdma_ingest_stop: waits until the forwarder has sent what the stop
+ * published and END to every consumer (as pdma_fwd_close does first); the
+ * stats and consumer slots are final from then on. Before it they may still
+ * grow. */
+void pdma_fwd_drain(struct pdma_fwd *f);
 void pdma_fwd_close(struct pdma_fwd *f);
 
 struct pdma_consume_attr {

@@ -937,18 +937,24 @@ int pdma_fwd_consumer(struct pdma_fwd *f, uint32_t i, struct pdma_fwd_consumer_s
 	return ret;
 }
 
+void pdma_fwd_drain(struct pdma_fwd *f)
+{
+	if (!f || !f->has_th)
+		return;
+	/* the thread ends on its own once the session's stop has drained its
+	 * subscription (-EPIPE), after END to every consumer; told to only
+	 * where the session never started */
+	if (!f->bl->started)
+		atomic_store(&f->quit, true);
+	pthread_join(f->th, NULL);
+	f->has_th = false;
+}
+
 void pdma_fwd_close(struct pdma_fwd *f)
 {
 	if (!f)
 		return;
-	if (f->has_th) {
-		/* the thread ends on its own once the session's stop has
-		 * drained its subscription (-EPIPE); told to only where the
-		 * session never started */
-		if (!f->bl->started)
-			atomic_store(&f->quit, true);
-		pthread_join(f->th, NULL);
-	}
+	pdma_fwd_drain(f);
 	pdma_sub_close(f->sub); /* before its wake-up fd goes */
 	close(f->sub_efd);
 	for (uint32_t i = 0; i < f->nc; i++)

@@ -6,7 +6,8 @@
 #            half and nothing else), the consumers' gap counts are the
 #            session's losses, nothing dropped; again with --stage (the
 #            staging path GPU blocks take where UCX has no CUDA) and with
-#            --eager-max (every block an eager message); every datagram gen
+#            --eager-max (every block an eager message), and stopped by
+#            SIGINT as gen ends (the report waits for the last sends); every datagram gen
 #            sent received or counted dropped, and a run that dropped some
 #            (a loaded machine) runs again at a quarter of the rate
 #  kill      one consumer killed (SIGKILL) mid-run and restarted under its
@@ -145,13 +146,18 @@ split() {
 	mkdir -p "$d"
 	# eager: every block an eager AM (--eager-max), copied out of UCX's
 	# receive buffers by the consumer instead of received in place
-	start_fwd $([ "$mode" = stage ] && echo --stage) $([ "$mode" = eager ] && echo --eager-max 1073741824)
+	# sigint: stopped by SIGINT as soon as gen is done (no --idle wait), so
+	# that the stop's last blocks are still being sent when it reports:
+	# its counts must wait for them (they missed the last blocks before)
+	start_fwd $([ "$mode" = stage ] && echo --stage) $([ "$mode" = eager ] && echo --eager-max 1073741824) \
+		$([ "$mode" = sigint ] && echo --idle 600000)
 	if [ "$mode" = stage ]; then
 		grep -q 'staged through host memory (--stage)' "$d/fwd.err" || fail "no staging line"
 	fi
 	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
 	start_consumer cb "$run_b" "$conn_b" b 0x1002,0x1003
 	gen --streams 4 --packets 3000 --loss 10 --loss-burst 2 --dup 10 --reorder 10 --rate "$rate"
+	[ "$mode" != sigint ] || kill -INT "$fpid"
 	wait "$fpid" || fail "forward failed"
 	wait "$ca" || fail "consumer a failed"
 	wait "$cb" || fail "consumer b failed"
@@ -358,7 +364,7 @@ gpu() {
 st=0
 for c in $cases; do
 	case $c in
-	split) split direct; split stage; split eager ;;
+	split) split direct; split stage; split eager; split sigint ;;
 	kill) kill_one; pause; stop_consumer ;;
 	bad) bad ;;
 	gpu) gpu || st=$? ;;
