@@ -89,6 +89,18 @@ static void fail(struct pdma_consume *c, int err)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* After a protocol error nothing the forwarder sends counts (DESIGN.md):
+ * not a later block, not an END that would make the loss look like an end. */
+static bool distrusted(struct pdma_consume *c)
+{
+	bool lost;
+
+	pthread_mutex_lock(&c->lock);
+	lost = c->st.lost;
+	pthread_mutex_unlock(&c->lock);
+	return lost;
+}
+
 static void ep_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
 	(void)ep;
@@ -133,9 +145,11 @@ static ucs_status_t on_end(void *arg, const void *hdr, size_t hlen, void *data, 
 		return UCS_OK;
 	}
 	pthread_mutex_lock(&c->lock);
-	c->st.ended = true;
-	c->st.fwd_dropped_blocks = e.dropped_blocks;
-	c->st.fwd_dropped_packets = e.dropped_packets;
+	if (!c->st.lost) {
+		c->st.ended = true;
+		c->st.fwd_dropped_blocks = e.dropped_blocks;
+		c->st.fwd_dropped_packets = e.dropped_packets;
+	}
 	pthread_mutex_unlock(&c->lock);
 	return UCS_OK;
 }
@@ -254,6 +268,11 @@ static ucs_status_t on_block(void *arg, const void *hdr, size_t hlen, void *data
 	uint32_t idx;
 	uint64_t slot;
 
+	if (distrusted(c)) {
+		if (rndv)
+			c->u.api->am_data_release(c->u.worker, data);
+		return UCS_OK;
+	}
 	if (!c->bl || pdma_fwd_block_get(hdr, hlen, c->B, c->max_payload, &h, c->mask_tmp) ||
 	    len != h.nsamples * 4 || !asked(c, h.stream_id) || arrive(c, &slot)) {
 		/* a forwarder that breaks the protocol: nothing it sends is
