@@ -498,7 +498,6 @@ void pdma_cache_region_revoked(struct pdma_region *r)
 {
 	struct entry *e = entry_of(r);
 	struct pdma_cache *c = e->cache;
-	bool drop = false;
 
 	atomic_store_explicit(&e->valid, false, memory_order_release);
 	pthread_mutex_lock(&c->lock);
@@ -506,12 +505,14 @@ void pdma_cache_region_revoked(struct pdma_region *r)
 		pdma_cache_index_remove(c, e);
 		pdma_cache_fold(e);
 		c->st.invalidations++;
-		drop = true;
+		/* An unpin here would wait for this very callback in the sim
+		 * backend: deferred. Queued under the lock, so that a close
+		 * either finds the entry indexed or finds it queued (after the
+		 * lock, a close's last deferred run could miss it: the pin and
+		 * the cache leaked). */
+		pdma_cache_entry_unref_deferred(e);
 	}
 	pthread_mutex_unlock(&c->lock);
-	/* An unpin here would wait for this very callback in the sim backend. */
-	if (drop)
-		pdma_cache_entry_unref_deferred(e);
 }
 
 size_t pdma_cache_invalidate(struct pdma_cache *c, enum pdma_hmem_iface iface, uint64_t addr,
