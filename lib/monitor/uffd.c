@@ -23,15 +23,21 @@
  * trip through the monitor thread (a few microseconds). Ranges stay watched
  * after eviction (unwatching could drop a range that an overlapping region
  * still needs); they stop being watched when unmapped or removed.
- * Missing-page faults in a watched range (touching a page dropped by
- * MADV_DONTNEED before the event was handled) are resolved with a zero page,
- * which is what the kernel itself would map for anonymous memory.
+ * Ranges are watched in write-protect mode where the kernel has it (5.7 for
+ * anonymous memory, 5.19 for shmem and hugetlbfs; Debian 12's 6.1 has both)
+ * and nothing is ever write-protected: the events come all the same and no
+ * page fault ever reaches the monitor thread. In missing-page mode (the
+ * fallback) every first touch of a page in a watched range is resolved by
+ * that thread with a zero page (what the kernel would map), and a transfer
+ * of the simulated device that touched one while the thread waited for that
+ * very transfer to quiesce (an unmap of the same MR) deadlocked both.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -50,6 +56,7 @@ static int uffd_refs;
 static atomic_int uffd_fd = -1;
 static int uffd_stopfd = -1;
 static pthread_t uffd_thread;
+static bool uffd_wp; /* the kernel registers ranges in write-protect mode */
 
 static void uffd_unwatch(int fd, uint64_t start, uint64_t len)
 {
@@ -122,6 +129,37 @@ static void *uffd_main(void *arg)
 	return NULL;
 }
 
+/* A userfaultfd with the events, and write-protect mode where the kernel
+ * has it (a feature it does not know fails UFFDIO_API: then without). */
+static int uffd_open(struct uffdio_api *api, bool *wp)
+{
+	static const uint64_t wp_features = UFFD_FEATURE_PAGEFAULT_FLAG_WP |
+#ifdef UFFD_FEATURE_WP_HUGETLBFS_SHMEM
+					    UFFD_FEATURE_WP_HUGETLBFS_SHMEM |
+#endif
+					    0;
+	const uint64_t events = api->features;
+
+	for (int with_wp = 1; with_wp >= 0; with_wp--) {
+		int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+
+		if (fd < 0)
+			return -errno;
+		api->api = UFFD_API;
+		api->features = events | (with_wp ? wp_features : 0);
+		if (ioctl(fd, UFFDIO_API, api) == 0) {
+			*wp = with_wp;
+			return fd;
+		}
+		int e = errno;
+
+		close(fd);
+		if (!with_wp || e != EINVAL)
+			return -e;
+	}
+	return -EINVAL;
+}
+
 int pdma_uffd_monitor_start(void)
 {
 	struct uffdio_api api = { .api = UFFD_API,
@@ -141,14 +179,9 @@ int pdma_uffd_monitor_start(void)
 	 * thread. A monitor must never make the application's system calls
 	 * fail, so without the full mode there is no userfaultfd monitor and
 	 * the cache falls back to memhooks. */
-	fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	fd = uffd_open(&api, &uffd_wp);
 	if (fd < 0) {
-		ret = -errno;
-		goto fail;
-	}
-	if (ioctl(fd, UFFDIO_API, &api) < 0) {
-		ret = -errno;
-		close(fd);
+		ret = fd;
 		goto fail;
 	}
 	uffd_stopfd = eventfd(0, EFD_CLOEXEC);
@@ -227,11 +260,18 @@ void pdma_uffd_fork_child(void)
 int pdma_uffd_monitor_watch(uint64_t start, size_t len)
 {
 	struct uffdio_register reg = { .range = { .start = start, .len = len },
-				       .mode = UFFDIO_REGISTER_MODE_MISSING };
+				       .mode = uffd_wp ? UFFDIO_REGISTER_MODE_WP
+						       : UFFDIO_REGISTER_MODE_MISSING };
 	int fd = atomic_load(&uffd_fd);
 
 	if (fd < 0)
 		return -ENODEV;
+	if (ioctl(fd, UFFDIO_REGISTER, &reg) == 0)
+		return 0;
+	/* a mapping the kernel cannot write-protect: the missing-page mode */
+	if (errno != EINVAL || !uffd_wp)
+		return -errno;
+	reg.mode = UFFDIO_REGISTER_MODE_MISSING;
 	if (ioctl(fd, UFFDIO_REGISTER, &reg) < 0)
 		return -errno;
 	return 0;
