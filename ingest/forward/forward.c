@@ -692,6 +692,7 @@ static void finish(struct pdma_fwd *f)
 static void *fwd_main(void *arg)
 {
 	struct pdma_fwd *f = arg;
+	double hk_next = 0;
 
 	while (!atomic_load(&f->quit)) {
 		struct pdma_block *b;
@@ -701,6 +702,13 @@ static void *fwd_main(void *arg)
 		if (!e) {
 			route(f, b);
 			flush(f);
+			/* A forwarder that is behind never finds its
+			 * subscription empty: the HELLO and stall timers and
+			 * the endpoint closes still run, every 10 ms. */
+			if (pdma_ucx_now() >= hk_next) {
+				housekeeping(f);
+				hk_next = pdma_ucx_now() + 0.01;
+			}
 			continue;
 		}
 		flush(f); /* credits that came back */
