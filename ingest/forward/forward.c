@@ -878,7 +878,7 @@ int pdma_fwd_open(struct pdma_ingest *ing, const struct pdma_fwd_attr *a, struct
 			snprintf(msg, msglen,
 				 "the session's block pool holds %u buffers a stream; forwarding needs "
 				 "%u + max_credits (%u): raise window_blocks",
-				 sub->bl->pool, PDMA_FWD_POOL_RESERVE, a->max_credits);
+				 sub->bl->pool, (unsigned)PDMA_FWD_POOL_RESERVE, a->max_credits);
 		pdma_sub_close(sub);
 		return -EINVAL;
 	}
