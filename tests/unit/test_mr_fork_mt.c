@@ -138,7 +138,7 @@ struct eq_churn {
 	struct pdma_domain *d;
 	struct pdma_eq *eq, *idle;
 	atomic_bool stop;
-	atomic_long rounds, read;
+	atomic_long rounds;
 	char *buf;
 };
 
@@ -155,24 +155,21 @@ static void *eq_reg_main(void *arg)
 	return NULL;
 }
 
+/* A reader of one EQ, waiting in pdma_eq_read most of the time. */
+struct eq_reader {
+	struct eq_churn *c;
+	struct pdma_eq *eq;
+	atomic_long read;
+};
+
 static void *eq_read_main(void *arg)
 {
-	struct eq_churn *c = arg;
+	struct eq_reader *r = arg;
 	struct pdma_eq_entry e;
 
-	while (!atomic_load(&c->stop))
-		if (pdma_eq_read(c->eq, &e, 50) == 0)
-			atomic_fetch_add(&c->read, 1);
-	return NULL;
-}
-
-static void *eq_idle_main(void *arg)
-{
-	struct eq_churn *c = arg;
-	struct pdma_eq_entry e;
-
-	while (!atomic_load(&c->stop))
-		(void)pdma_eq_read(c->idle, &e, 100); /* waits: nothing posts here */
+	while (!atomic_load(&r->c->stop))
+		if (pdma_eq_read(r->eq, &e, 50) == 0)
+			atomic_fetch_add(&r->read, 1);
 	return NULL;
 }
 
@@ -204,7 +201,7 @@ static void test_fork_eq(void **state)
 	static char buf[4096];
 	struct eq_churn c = { .d = dom_open(PDMA_MR_BASIC, NULL), .buf = buf };
 	const int forks = getenv("PEERDMA_VALGRIND") ? 5 : 60;
-	pthread_t reg[3], rd, idle;
+	pthread_t reg[3], rd_th, idle_th;
 
 	(void)state;
 	assert_int_equal(pdma_eq_open(c.d, 1 << 16, &c.eq), 0);
@@ -212,8 +209,10 @@ static void test_fork_eq(void **state)
 	assert_int_equal(pdma_domain_bind_eq(c.d, c.eq, PDMA_REG_MR), 0);
 	for (int i = 0; i < 3; i++) /* each registration its own MR of buf */
 		assert_int_equal(pthread_create(&reg[i], NULL, eq_reg_main, &c), 0);
-	assert_int_equal(pthread_create(&rd, NULL, eq_read_main, &c), 0);
-	assert_int_equal(pthread_create(&idle, NULL, eq_idle_main, &c), 0);
+	/* one reads the completions, one waits on the EQ nothing posts to */
+	struct eq_reader rd = { .c = &c, .eq = c.eq }, idle = { .c = &c, .eq = c.idle };
+	assert_int_equal(pthread_create(&rd_th, NULL, eq_read_main, &rd), 0);
+	assert_int_equal(pthread_create(&idle_th, NULL, eq_read_main, &idle), 0);
 	usleep(100 * 1000); /* the idle reader is waiting from here on */
 	for (int i = 0; i < forks; i++) {
 		long r0 = atomic_load(&c.rounds);
@@ -234,9 +233,10 @@ static void test_fork_eq(void **state)
 	atomic_store(&c.stop, true);
 	for (int i = 0; i < 3; i++)
 		pthread_join(reg[i], NULL);
-	pthread_join(rd, NULL);
-	pthread_join(idle, NULL);
-	assert_true(atomic_load(&c.read) > 0);
+	pthread_join(rd_th, NULL);
+	pthread_join(idle_th, NULL);
+	assert_true(atomic_load(&rd.read) > 0);
+	assert_int_equal(atomic_load(&idle.read), 0);
 	assert_int_equal(pdma_eq_close(c.eq), 0);
 	assert_int_equal(pdma_eq_close(c.idle), 0);
 	assert_int_equal(pdma_domain_close(c.d), 0);
