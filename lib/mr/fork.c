@@ -70,6 +70,7 @@ static void domains_prepare(void)
 		pdma_dom_lock(d);
 		pdma_dom_quiesce(d); /* no access in flight: the child has none */
 		pthread_mutex_lock(&d->rand.lock);
+		pthread_mutex_lock(&d->log_lock);
 		/* A registration posts its event under the EQ's lock after it
 		 * has dropped the domain's (eq.c), and a reader takes it too. */
 		for (struct pdma_eq *eq = d->eqs; eq; eq = eq->next)
@@ -79,8 +80,10 @@ static void domains_prepare(void)
 
 /* Parent and child alike: the forking thread took each domain lock, and it
  * drops it, in the child too, where it is the one thread. No other thread
- * was inside (prepare waited for a bias owner to leave, lock.h), so the
- * child's locks hold nobody else's state. */
+ * was inside (prepare waited for a bias owner to leave, lock.h), but one may
+ * have been waiting for the lock in a way that left its mark on it (a taker
+ * spinning for the bias owner to leave holds `held`): in the child the lock
+ * is reset, not just unlocked (pdma_bias_fork_child). */
 static void domains_release(bool child)
 {
 	for (struct pdma_fork_node *n = pdma_fork_domains.head; n; n = n->next) {
@@ -96,8 +99,12 @@ static void domains_release(bool child)
 				pthread_cond_init(&eq->cond, NULL);
 			pthread_mutex_unlock(&eq->lock);
 		}
+		pthread_mutex_unlock(&d->log_lock);
 		pthread_mutex_unlock(&d->rand.lock);
-		pdma_dom_unlock(d);
+		if (child)
+			pdma_bias_fork_child(&d->lock); /* lock.c: what the others left */
+		else
+			pdma_dom_unlock(d);
 	}
 	pthread_mutex_unlock(&pdma_fork_domains.lock);
 }

@@ -24,6 +24,26 @@ void pdma_bias_init(struct pdma_bias_lock *l)
 	pdma_membarrier_ready();
 }
 
+/*
+ * In a fork() child, with the lock held by the forking thread (fork.c's
+ * prepare took it): no other thread exists any more, and whatever they were
+ * doing to the lock is undone. One of them may have taken `held` while the
+ * forking thread held the lock by its bias, and been spinning for it to
+ * leave: left as it is, `held` would stay 1 for ever in the child. (glibc
+ * 2.36 leaves __libc_single_threaded false in a fork child, so the child
+ * takes the slow path, which spins on it.) Free and unbiased on return.
+ */
+void pdma_bias_fork_child(struct pdma_bias_lock *l)
+{
+	l->holder = NULL;
+	for (unsigned int i = 0; i < l->n_owners; i++)
+		atomic_store_explicit(&l->owners[i].in, 0, memory_order_relaxed);
+	atomic_store_explicit(&l->bias, NULL, memory_order_relaxed);
+	l->streak_thread = 0;
+	l->streak = 0;
+	atomic_store_explicit(&l->held, 0, memory_order_release);
+}
+
 /* Held: the owner o loses the bias, and is out of the lock on return. */
 static void take_away(struct pdma_bias_lock *l, struct pdma_bias_owner *o)
 {

@@ -75,6 +75,8 @@ struct pdma_bias_lock {
 
 void pdma_bias_init(struct pdma_bias_lock *l);
 void pdma_bias_lock_slow(struct pdma_bias_lock *l);
+/* fork() child only, the lock held by the forking thread: free, no bias. */
+void pdma_bias_fork_child(struct pdma_bias_lock *l);
 
 /* A spin-wait hint: the core yields to its hyperthread sibling. */
 static inline void pdma_cpu_relax(void)
@@ -116,8 +118,8 @@ static inline void pdma_bias_lock(struct pdma_bias_lock *l)
 		atomic_store_explicit(&o->in, 0, memory_order_release);
 	} else if (__libc_single_threaded) {
 		/* One thread: no other can hold the lock, and taking it is a
-		 * store. (A bias here is a thread's that is gone: a forked
-		 * child's parent's, taken while it was out, fork.c.) */
+		 * store. (A fork child is not here: glibc leaves the flag
+		 * false there; fork.c resets the lock in the child instead.) */
 		atomic_store_explicit(&l->held, 1, memory_order_relaxed);
 		return;
 	}

@@ -439,6 +439,61 @@ static void test_fork(void **state)
 	assert_int_equal(pdma_domain_close(d), 0);
 }
 
+/*
+ * The state a fork can leave in the child's copy of the lock: the forking
+ * thread held it by its bias (fork.c's prepare), and another thread had
+ * already taken `held` and the bias away and was spinning for the owner to
+ * leave. That thread is gone in the child, and glibc leaves
+ * __libc_single_threaded false there, so the child takes the slow path.
+ * Only unlocked, the lock kept `held` at 1 and the child's next lock spun
+ * for ever (seen in CI: a child of test_mr_fork_mt hung); reset by
+ * pdma_bias_fork_child, the child takes it and registers.
+ */
+static void test_fork_child_reset(void **state)
+{
+	struct pdma_domain *d;
+	struct idler idle;
+	int status;
+	pid_t pid;
+
+	(void)state;
+	d = biased_domain_open(&idle);
+	take(d, PDMA_BIAS_AFTER);
+	assert_true(owned_by_me(d));
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		static char buf[64];
+		struct pdma_mr *mr;
+
+		struct pdma_bias_owner *o = NULL;
+
+		alarm(10);
+		for (unsigned int i = 0; i < d->lock.n_owners; i++)
+			if (d->lock.owners[i].thread == pdma_thread_self())
+				o = &d->lock.owners[i];
+		if (!o)
+			_exit(2);
+		/* at the fork: this thread in by its bias (prepare) ... */
+		atomic_store(&o->in, 1);
+		d->lock.holder = o;
+		/* ... another's exchange done and the bias taken away */
+		atomic_store(&d->lock.held, 1);
+		atomic_store(&d->lock.bias, NULL);
+		pdma_bias_fork_child(&d->lock); /* what fork.c's child handler does */
+		pdma_dom_lock(d);
+		pdma_dom_unlock(d);
+		_exit(pdma_mr_reg(d, buf, sizeof(buf), RW, 0, 0, 0, &mr, NULL) == 0 &&
+		      pdma_mr_close(mr) == 0 ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status))
+		fail_msg("child ended by signal %d (hung: alarm)", WTERMSIG(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	idler_stop(&idle);
+	assert_int_equal(pdma_domain_close(d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -449,6 +504,7 @@ int main(void)
 		cmocka_unit_test(test_owner_records_bounded),
 		cmocka_unit_test(test_exclusion),
 		cmocka_unit_test(test_fork),
+		cmocka_unit_test(test_fork_child_reset),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
