@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -196,8 +197,24 @@ static int eq_child(struct eq_churn *c)
 	return 0;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
 static void test_fork_eq(void **state)
 {
+#ifdef UNDER_ASAN
+	/* clang 14's ASan allocator is not fork-safe: a child whose parent had
+	 * a thread inside it waits for ever in its calloc (gdb: FutexWait in
+	 * SizeClassAllocator64::GetFromAllocator, called from the child's
+	 * registration). This test's parent allocates from three threads. */
+	printf("skipped: test_fork_eq under AddressSanitizer (its allocator hangs fork children)\n");
+	skip();
+#endif
 	static char buf[4096];
 	struct eq_churn c = { .d = dom_open(PDMA_MR_BASIC, NULL), .buf = buf };
 	const int forks = getenv("PEERDMA_VALGRIND") ? 5 : 60;
