@@ -82,6 +82,42 @@ static int child_main(struct pdma_domain *d, char *buf, const struct pdma_region
 	return 0;
 }
 
+/* forks times: each fork while the threads are somewhere in their loops
+ * (*rounds moved since the last), each child running child(arg), which must
+ * exit 0 (an alarm in it ends a hung one). */
+static void fork_children(atomic_long *rounds, int forks, int (*child)(void *), void *arg)
+{
+	for (int i = 0; i < forks; i++) {
+		long r0 = atomic_load(rounds);
+		int st;
+		pid_t pid;
+
+		while (atomic_load(rounds) == r0)
+			sched_yield();
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			_exit(child(arg));
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		if (!WIFEXITED(st))
+			fail_msg("child %d ended by signal %d (hung: alarm)", i, WTERMSIG(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+	}
+}
+
+struct churn_child {
+	struct pdma_domain *d;
+	char *buf;
+	const struct pdma_region *parents;
+};
+
+static int churn_child_main(void *arg)
+{
+	const struct churn_child *cc = arg;
+
+	return child_main(cc->d, cc->buf, cc->parents);
+}
+
 static void test_fork_during_churn(void **state)
 {
 	struct churn c = { .d = dom_open_cached() };
@@ -97,23 +133,8 @@ static void test_fork_during_churn(void **state)
 	memset(buf, 'P', 2 * HPG);
 	assert_int_equal(pdma_mr_reg(c.d, buf, 2 * HPG, RW, 0, 0, 0, &pm, NULL), 0);
 	assert_int_equal(pthread_create(&th, NULL, churn_main, &c), 0);
-	for (int i = 0; i < forks; i++) {
-		long r0 = atomic_load(&c.rounds);
-		int st;
-		pid_t pid;
-
-		/* Fork while the churn thread is somewhere in its loop. */
-		while (atomic_load(&c.rounds) == r0)
-			sched_yield();
-		pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0)
-			_exit(child_main(c.d, buf, pm->segs[0].region));
-		assert_int_equal(waitpid(pid, &st, 0), pid);
-		if (!WIFEXITED(st))
-			fail_msg("child %d ended by signal %d (hung: alarm)", i, WTERMSIG(st));
-		assert_int_equal(WEXITSTATUS(st), 0);
-	}
+	struct churn_child cc = { c.d, buf, pm->segs[0].region };
+	fork_children(&c.rounds, forks, churn_child_main, &cc);
 	atomic_store(&c.stop, true);
 	pthread_join(th, NULL);
 	/* The children wrote their copies only. */
@@ -174,8 +195,9 @@ static void *eq_read_main(void *arg)
 	return NULL;
 }
 
-static int eq_child(struct eq_churn *c)
+static int eq_child(void *arg)
 {
+	struct eq_churn *c = arg;
 	static char mine[64];
 	struct pdma_eq_entry e;
 	struct pdma_mr *m;
@@ -231,22 +253,7 @@ static void test_fork_eq(void **state)
 	assert_int_equal(pthread_create(&rd_th, NULL, eq_read_main, &rd), 0);
 	assert_int_equal(pthread_create(&idle_th, NULL, eq_read_main, &idle), 0);
 	usleep(100 * 1000); /* the idle reader is waiting from here on */
-	for (int i = 0; i < forks; i++) {
-		long r0 = atomic_load(&c.rounds);
-		int st;
-		pid_t pid;
-
-		while (atomic_load(&c.rounds) == r0)
-			sched_yield();
-		pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0)
-			_exit(eq_child(&c));
-		assert_int_equal(waitpid(pid, &st, 0), pid);
-		if (!WIFEXITED(st))
-			fail_msg("child %d ended by signal %d (hung: alarm)", i, WTERMSIG(st));
-		assert_int_equal(WEXITSTATUS(st), 0);
-	}
+	fork_children(&c.rounds, forks, eq_child, &c);
 	atomic_store(&c.stop, true);
 	for (int i = 0; i < 3; i++)
 		pthread_join(reg[i], NULL);
