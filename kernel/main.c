@@ -33,6 +33,7 @@ MODULE_PARM_DESC(nvp2p_persistent,
 		 "use nvidia_p2p_get_pages_persistent by default (else free-callback mode)");
 
 atomic_t pdma_live_pins = ATOMIC_INIT(0);
+atomic_t pdma_orphans = ATOMIC_INIT(0);
 atomic64_t pdma_pins_total = ATOMIC64_INIT(0);
 atomic64_t pdma_revokes = ATOMIC64_INIT(0);
 struct device *pdma_dev;
@@ -150,9 +151,9 @@ static void pdma_dev_release(struct device *dev)
 
 static int pdma_stats_show(struct seq_file *s, void *unused)
 {
-	seq_printf(s, "live_pins %d\npins_total %lld\nrevokes %lld\n",
+	seq_printf(s, "live_pins %d\npins_total %lld\nrevokes %lld\norphans %d\n",
 		   atomic_read(&pdma_live_pins), atomic64_read(&pdma_pins_total),
-		   atomic64_read(&pdma_revokes));
+		   atomic64_read(&pdma_revokes), atomic_read(&pdma_orphans));
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(pdma_stats);
@@ -200,6 +201,7 @@ static int __init pdma_init(void)
 
 	pdma_dbg = debugfs_create_dir("peerdma", NULL);
 	debugfs_create_atomic_t("live_pins", 0400, pdma_dbg, &pdma_live_pins);
+	debugfs_create_atomic_t("orphans", 0400, pdma_dbg, &pdma_orphans);
 	debugfs_create_file("stats", 0400, pdma_dbg, NULL, &pdma_stats_fops);
 	pr_info("ready (ABI %u.%u, GPU mode %s)\n", PEERDMA_ABI_MAJOR, PEERDMA_ABI_MINOR,
 		pdma_nvp2p_persistent ? "persistent" : "free-callback");

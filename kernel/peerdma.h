@@ -146,11 +146,15 @@ struct pdma_pin {
 	struct list_head ev_node;	/* in file->events */
 	u32 reason;			/* PEERDMA_EVENT_* */
 	bool counted;			/* pages held: counts in pdma_live_pins */
+	bool awaits_callback;		/* set by release(): the id stays for a late callback */
 	union {
 		struct {
 			struct nvidia_p2p_page_table *pt;	/* NULL once put */
+			struct pid *owner;	/* callback mode: the pinning process */
 			bool persistent;
-			bool torn;	/* the callback returned: pt is gone */
+			bool torn;	/* under lock: the callback returned, pt is gone */
+			bool orphaned;	/* under lock: released elsewhere, awaits the callback */
+			atomic_t armed;	/* the callback may come: holds a module ref */
 		} nv;
 		struct {
 			struct mmu_interval_notifier notifier;
@@ -164,6 +168,7 @@ struct pdma_pin {
 };
 
 extern atomic_t pdma_live_pins;
+extern atomic_t pdma_orphans;
 extern atomic64_t pdma_pins_total;
 extern atomic64_t pdma_revokes;
 extern struct device *pdma_dev;
@@ -194,6 +199,7 @@ void pdma_pin_revoke_end(struct pdma_pin *pin, u32 reason);
 void pdma_pin_wait_mappings(struct pdma_pin *pin);
 void pdma_pin_pages_held(struct pdma_pin *pin);
 void pdma_pin_pages_gone(struct pdma_pin *pin);
+void pdma_pin_forget(struct pdma_pin *pin);
 u32 pdma_pin_entries(const struct pdma_pin *pin, u32 flags, u32 *page_size);
 void pdma_pins_exit(void);
 

@@ -268,8 +268,15 @@ void pdma_pin_release(struct pdma_pin *pin)
 	}
 	if (pin->prov->destroy)
 		pin->prov->destroy(pin);
-	xa_erase(&pdma_pins, pin->id);
+	if (!pin->awaits_callback)
+		xa_erase(&pdma_pins, pin->id);
 	pdma_pin_put(pin);
+}
+
+/* a provider's late callback is done with an id release left for it */
+void pdma_pin_forget(struct pdma_pin *pin)
+{
+	xa_erase(&pdma_pins, pin->id);
 }
 
 int pdma_pin_unpin(struct pdma_file *f, u64 handle)

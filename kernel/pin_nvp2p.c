@@ -18,11 +18,24 @@
  * callback: their clients get nvidia_p2p_dma_map_pages(), which also covers
  * platforms where the peer's addresses are not BAR addresses. Neither is
  * called under pin->lock, which the callback takes.
+ *
+ * Only the pinning process can put a free-callback table: the driver looks it
+ * up among the calling process's (put_pages from elsewhere finds nothing,
+ * returns 0 and leaves the pages pinned, the callback armed). When the last
+ * close of the file happens in another process (a forked child or the
+ * receiver of the fd held it last, or a kernel thread's deferred fput), the
+ * release stops the clients as always but leaves the table to its callback:
+ * the pin is an orphan, kept by id, until the owner frees the memory or exits
+ * and the callback frees the table. Every callback-mode pin holds a module
+ * reference while its callback may still come, so the module cannot be
+ * unloaded under a callback that would jump into it.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/dma-mapping.h>
+#include <linux/module.h>
 #include <linux/pci.h>
+#include <linux/pid.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
 
@@ -32,10 +45,17 @@
 /* the callback data is the handle id itself */
 static_assert(sizeof(void *) >= sizeof(u64), "nv-p2p is LP64 only");
 
+/* the callback can no longer come: drop the module reference it held, once */
+static bool pdma_nv_disarm(struct pdma_pin *pin)
+{
+	return atomic_xchg(&pin->nv.armed, 0);
+}
+
 static void pdma_nv_free_callback(void *data)
 {
 	struct pdma_pin *pin = pdma_pin_get_by_id((u64)(uintptr_t)data);
 	struct nvidia_p2p_page_table *pt;
+	bool orphaned = false, armed;
 
 	if (!pin)
 		return;		/* already released: stale callback */
@@ -52,12 +72,25 @@ static void pdma_nv_free_callback(void *data)
 		/* clients stopped and unmapped; the pages are the driver's again */
 		pdma_pin_revoke_end(pin, PEERDMA_EVENT_GPU_FREE);
 	} else {
-		/* unpin owns the pages and stopped the clients: it must not put */
+		/* release owns the pages and stopped the clients: it must not put */
+		mutex_lock(&pin->lock);
 		WRITE_ONCE(pin->nv.torn, true);
+		orphaned = pin->nv.orphaned;
+		mutex_unlock(&pin->lock);
 	}
 	if (pt)
 		nvidia_p2p_free_page_table(pt);
+	armed = pdma_nv_disarm(pin);
+	if (orphaned) {
+		/* the last of a pin released in another process */
+		pdma_pin_forget(pin);
+		atomic_dec(&pdma_orphans);
+		pdma_pin_put(pin);
+	}
 	pdma_pin_put(pin);
+	/* last: the driver returns into our text only for the ret */
+	if (armed)
+		module_put(THIS_MODULE);
 }
 
 /* the I/O address of native page @i as mapped for client @c */
@@ -66,16 +99,51 @@ static dma_addr_t pdma_nv_client_addr(struct pdma_pin *pin, struct peerdma_clien
 	return c->dma[(u64)i << (pin->page_shift - c->shift)];
 }
 
+/*
+ * Released outside the pinning process: put_pages would find nothing. Leave
+ * the table to its callback, unless that already ran; true if it is left.
+ */
+static bool pdma_nv_orphan(struct pdma_pin *pin)
+{
+	bool orphan;
+
+	mutex_lock(&pin->lock);
+	orphan = !pin->nv.torn;
+	if (orphan) {
+		pin->nv.orphaned = true;
+		pin->awaits_callback = true;
+		kref_get(&pin->ref);	/* the callback's */
+		atomic_inc(&pdma_orphans);
+	}
+	mutex_unlock(&pin->lock);
+	if (orphan)
+		pr_debug("handle %llu released by process %d, pinned by %d: its pages wait for the GPU free\n",
+			 pin->id, task_tgid_nr(current), pid_nr(pin->nv.owner));
+	return orphan;
+}
+
 static void pdma_nv_put(struct pdma_pin *pin)
 {
 	struct nvidia_p2p_page_table *pt = pin->nv.pt;
 	int ret = 0;
 
-	if (pin->nv.persistent)
+	if (pin->nv.persistent) {
 		ret = nvidia_p2p_put_pages_persistent(pin->addr, pt, 0);
-	else if (!READ_ONCE(pin->nv.torn))
-		/* a callback that starts now: the driver sorts it out (returns 0) */
-		ret = nvidia_p2p_put_pages(0, 0, pin->addr, pt);
+	} else {
+		if (task_tgid(current) != pin->nv.owner && pdma_nv_orphan(pin))
+			return;
+		/* torn: the callback ran, and drops the module reference itself */
+		if (!READ_ONCE(pin->nv.torn)) {
+			/*
+			 * A callback that starts now: the driver sorts it out
+			 * (it runs first, and put returns 0). A put that
+			 * returns 0 has unregistered the callback.
+			 */
+			ret = nvidia_p2p_put_pages(0, 0, pin->addr, pt);
+			if (!ret && pdma_nv_disarm(pin))
+				module_put(THIS_MODULE);
+		}
+	}
 	if (ret)
 		pr_err("put_pages of handle %llu failed: %d\n", pin->id, ret);
 	WRITE_ONCE(pin->nv.pt, NULL);
@@ -101,6 +169,12 @@ static int pdma_nv_pin(struct pdma_pin *pin, int fd)
 		return ret == -ENOTSUPP ? -EOPNOTSUPP : ret;
 	pin->nv.pt = pt;
 	pin->nv.persistent = persistent;
+	if (!persistent) {
+		/* an ioctl of our file: the module is held, and stays for the callback */
+		__module_get(THIS_MODULE);
+		atomic_set(&pin->nv.armed, 1);
+		pin->nv.owner = get_pid(task_tgid(current));
+	}
 	pdma_pin_pages_held(pin);
 
 	ret = -EPROTO;
@@ -146,12 +220,20 @@ err_put:
 	complete_all(&pin->ready);
 	pdma_nv_put(pin);
 	pdma_pin_pages_gone(pin);
+	put_pid(pin->nv.owner);
+	pin->nv.owner = NULL;
 	return ret;
 }
 
 static void pdma_nv_release(struct pdma_pin *pin)
 {
 	pdma_nv_put(pin);
+}
+
+static void pdma_nv_destroy(struct pdma_pin *pin)
+{
+	put_pid(pin->nv.owner);
+	pin->nv.owner = NULL;
 }
 
 /* undo the first @n pages of pdma_nv_map_resource() */
@@ -228,6 +310,7 @@ const struct pdma_provider pdma_nvp2p_provider = {
 	.kind = PEERDMA_KIND_GPU,
 	.pin = pdma_nv_pin,
 	.release = pdma_nv_release,
+	.destroy = pdma_nv_destroy,
 	.map = pdma_nv_map,
 	.unmap = pdma_nv_unmap,
 };

@@ -51,7 +51,12 @@
  * again). A kernel-device domain opened before the fork refuses registrations
  * there with -ECHILD: the module's file and its pins belong to the parent;
  * open a new domain in the child. Closing inherited MRs and domains in the
- * child releases nothing of the parent's. Another thread's registration,
+ * child releases nothing of the parent's. Where the child holds the module's
+ * file last (the parent closed the domain first), the module releases the
+ * parent's pins when the child closes it; GPU pages pinned through nv-p2p
+ * then stay with the NVIDIA driver until the parent frees that memory or
+ * exits, since only the pinning process can give them back (kernel/README.md,
+ * "orphans"). Another thread's registration,
  * transfer or EQ read (also one blocked waiting for an event) at the moment
  * of the fork is safe: the child can read, post to and close inherited EQs.
  *

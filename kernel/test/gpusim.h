@@ -30,6 +30,7 @@ struct dentry;
 struct dma_buf;
 struct mm_struct;
 struct pci_dev;
+struct pid;
 struct task_struct;
 
 struct gs_file;
@@ -54,6 +55,7 @@ struct gs_table {
 	struct nvidia_p2p_page **page_ptrs;
 	u64 va;
 	u64 len;
+	struct pid *owner;	/* the process that got it: only it may put it */
 	bool persistent;
 	bool freed_by_client;
 	bool in_callback;	/* under gs.tlock: its free callback is running */

@@ -8,7 +8,11 @@
  * - when a callback returns, its page table and every DMA mapping still on it
  *   are freed, poisoned first; put_pages does the same with what is left;
  * - put_pages of a table a callback already tore down returns 0 (the driver
- *   looks the table up by pointer and address); dma_map_pages and
+ *   looks the table up by pointer and address);
+ * - put_pages (callback mode) from another process than the one that got the
+ *   pages is a VIOLATION: the driver looks the table up among the calling
+ *   process's, finds nothing and returns 0, and the pages stay pinned, their
+ *   callback armed, until the owner frees the memory; dma_map_pages and
  *   dma_unmap_pages on it, or free_page_table outside a callback, are
  *   use-after-frees in the driver: here they are VIOLATIONs;
  * - persistent tables hold the memory: cuMemFree (GPUSIM_IOC_FREE) of pinned
@@ -28,6 +32,7 @@
 #include <linux/dma-mapping.h>
 #include <linux/module.h>
 #include <linux/pci.h>
+#include <linux/pid.h>
 #include <linux/poison.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
@@ -156,6 +161,7 @@ static int gs_get(u64 va, u64 len, struct nvidia_p2p_page_table **page_table,
 	t->alloc = a;
 	t->va = va;
 	t->len = len;
+	t->owner = get_pid(task_tgid(current));
 	t->persistent = persistent;
 	t->free_cb = free_cb;
 	t->data = data;
@@ -209,6 +215,7 @@ static void gs_table_free(struct gs_table *t)
 	atomic_dec(&gs.ntables);
 	if (t->persistent)
 		gs_alloc_put(t->alloc);
+	put_pid(t->owner);
 	memset(t->page_store, POISON_FREE, t->pt.entries * sizeof(*t->page_store));
 	kvfree(t->page_ptrs);
 	kvfree(t->page_store);
@@ -293,6 +300,13 @@ int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 	if (t && t->persistent) {
 		mutex_unlock(&gs.lock);
 		return -EINVAL;
+	}
+	if (t && t->owner != task_tgid(current)) {
+		mutex_unlock(&gs.lock);
+		/* the driver finds no table of this process: 0, nothing put */
+		gs_violation("put_pages from process %d, pages got by process %d\n",
+			     task_tgid_nr(current), pid_nr(t->owner));
+		return 0;
 	}
 	/* already torn down by a racing free callback: 0, as the driver */
 	t = gs_table_take(page_table, virtual_address, false);

@@ -96,10 +96,11 @@ int gs_export(int gfd, uint64_t va, uint64_t len)
 	return e.fd;
 }
 
-long live_pins(void)
+/* the number in a one-number file (debugfs, sysfs); -1 if unreadable */
+static long read_number(const char *path)
 {
 	char buf[64] = "";
-	int fd = open("/sys/kernel/debug/peerdma/live_pins", O_RDONLY);
+	int fd = open(path, O_RDONLY);
 
 	if (fd < 0)
 		return -1;
@@ -107,6 +108,24 @@ long live_pins(void)
 		buf[0] = 0;
 	close(fd);
 	return strtol(buf, NULL, 10);
+}
+
+long live_pins(void)
+{
+	return read_number("/sys/kernel/debug/peerdma/live_pins");
+}
+
+long orphans(void)
+{
+	return read_number("/sys/kernel/debug/peerdma/orphans");
+}
+
+long module_refs(const char *mod)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/sys/module/%s/refcnt", mod);
+	return read_number(path);
 }
 
 int write_param(const char *mod, const char *p, const char *v)
@@ -264,9 +283,11 @@ int check_clean(const char *when)
 	long live = live_pins();
 	int bad = 0;
 
-	if (live != 0 || i.tables || i.mappings || i.bufs || i.bufmaps || i.pinned) {
-		printf("  %s: live_pins %ld, gpusim tables %u mappings %u bufs %u/%u pinned %llu\n",
-		       when, live, i.tables, i.mappings, i.bufs, i.bufmaps,
+	long orph = orphans();
+
+	if (live != 0 || orph != 0 || i.tables || i.mappings || i.bufs || i.bufmaps || i.pinned) {
+		printf("  %s: live_pins %ld orphans %ld, gpusim tables %u mappings %u bufs %u/%u pinned %llu\n",
+		       when, live, orph, i.tables, i.mappings, i.bufs, i.bufmaps,
 		       (unsigned long long)i.pinned);
 		bad = 1;
 	}

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Pins outliving their owner: SIGKILL of a process holding every kind, close
- * of a file with live pins, exit before close, and rmmod refused while pins
- * are held (pdtest rmmod).
+ * of a file with live pins, exit before close, a free-callback pin whose file
+ * another process closes last, and rmmod refused while pins are held or a
+ * free callback may still come (pdtest rmmod).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -112,6 +113,77 @@ static void t_close_live(void)
 		fails++;
 }
 
+/*
+ * A free-callback pin on @va whose file is closed last by a forked child. Only
+ * the pinning process can put such pages (the driver looks them up by the
+ * caller's process), so the pin becomes an orphan: released, its pages left
+ * to the callback of the GPU free. Returns the handle, 0 on failure.
+ */
+static uint64_t orphan_pin(uint64_t va)
+{
+	int fd = pd_open(), p[2], st;
+	uint64_t h = pin(fd, PEERDMA_KIND_GPU, PEERDMA_PIN_GPU_CALLBACK, va, GPAGE, NULL);
+	pid_t pid;
+	char c;
+
+	if (!h || pipe(p))
+		return 0;
+	pid = fork();
+	if (pid == 0) {
+		close(p[1]);
+		/* EOF once the owner closed its copy: this close is the last */
+		if (read(p[0], &c, 1) != 0)
+			_exit(2);
+		_exit(close(fd) ? 3 : 0);
+	}
+	close(p[0]);
+	close(fd);
+	close(p[1]);
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? h : 0;
+}
+
+static void t_foreign_close(void)
+{
+	int gfd = gs_open(), st;
+	uint64_t va = gs_alloc(gfd, GPAGE, NULL);
+	struct gpusim_info i0 = gs_info();
+	long refs0 = module_refs("peerdma");
+
+	EXPECT(orphan_pin(va) != 0);
+	EXPECT_EQ(live_pins(), 0);
+	EXPECT_EQ(orphans(), 1);
+	/* the driver still holds the pages; the child did not try to put them */
+	EXPECT_EQ(gs_info().tables, 1);
+	EXPECT_EQ(gs_info().violations, i0.violations);
+	/* the module stays for the callback */
+	EXPECT_EQ(module_refs("peerdma"), refs0 + 1);
+	EXPECT_OK(gs_free(gfd, va));
+	EXPECT_EQ(gs_info().callbacks, i0.callbacks + 1);
+	EXPECT_EQ(gs_info().tables, 0);
+	EXPECT_EQ(orphans(), 0);
+	EXPECT_EQ(module_refs("peerdma"), refs0);
+	close(gfd);
+
+	/* the owner exits instead of freeing: its exit frees the memory */
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		int g = gs_open();
+
+		fails = 0;
+		EXPECT(orphan_pin(gs_alloc(g, GPAGE, NULL)) != 0);
+		EXPECT_EQ(orphans(), 1);
+		_exit(fails ? 1 : 0);
+	}
+	waitpid(pid, &st, 0);
+	EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	EXPECT_EQ(orphans(), 0);
+	EXPECT_EQ(module_refs("peerdma"), refs0);
+	if (check_clean("after the orphans' callbacks"))
+		fails++;
+}
+
 /* pdtest rmmod: rmmod with live pins refused, nothing leaked, dev_gid */
 int do_rmmod(void)
 {
@@ -143,6 +215,16 @@ int do_rmmod(void)
 	wait_clean();
 	if (check_clean("before rmmod"))
 		fails++;
+	/* an orphan's callback may still come: refused until it came */
+	int gfd = gs_open();
+	uint64_t va = gs_alloc(gfd, GPAGE, NULL);
+
+	EXPECT(orphan_pin(va) != 0);
+	EXPECT_EQ(orphans(), 1);
+	EXPECT_ERR(syscall(SYS_delete_module, "peerdma", O_NONBLOCK), EWOULDBLOCK);
+	EXPECT_OK(gs_free(gfd, va));
+	close(gfd);
+	EXPECT_EQ(orphans(), 0);
 	EXPECT_OK(syscall(SYS_delete_module, "peerdma", O_NONBLOCK));
 
 	/* the device node's group comes from a module parameter */
@@ -163,5 +245,6 @@ int do_rmmod(void)
 const struct pd_test pd_lifetime_tests[] = {
 	{ "kill9", t_kill9 },
 	{ "close_live", t_close_live },
+	{ "foreign_close", t_foreign_close },
 	{ NULL },
 };
