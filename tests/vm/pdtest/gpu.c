@@ -202,11 +202,34 @@ static void t_gpu_enomem_version(void)
 	close(gfd);
 }
 
+/* nvp2p_persistent=0: a pin without PEERDMA_PIN_GPU_CALLBACK is in callback mode */
+static void t_gpu_mode_param(void)
+{
+	int fd = pd_open(), gfd = gs_open();
+	uint64_t va = gs_alloc(gfd, GPAGE, NULL), h;
+	uint32_t cb0 = gs_info().callbacks;
+	struct peerdma_event ev;
+
+	EXPECT_OK(write_param("peerdma", "nvp2p_persistent", "0"));
+	h = pin(fd, PEERDMA_KIND_GPU, 0, va, GPAGE, NULL);
+	EXPECT_OK(write_param("peerdma", "nvp2p_persistent", "1"));
+	EXPECT(h != 0);
+	EXPECT_OK(gs_free(gfd, va));
+	EXPECT_EQ(gs_info().callbacks, cb0 + 1);
+	EXPECT_EQ(read_event(fd, &ev, 1000), 1);
+	EXPECT_EQ(ev.handle, h);
+	EXPECT_EQ(ev.reason, PEERDMA_EVENT_GPU_FREE);
+	EXPECT_EQ(state_of(fd, h), PEERDMA_STATE_REVOKED);
+	close(fd);
+	close(gfd);
+}
+
 const struct pd_test pd_gpu_tests[] = {
 	{ "gpusim_api", t_gpusim_api },
 	{ "gpu_persistent", t_gpu_persistent },
 	{ "gpu_persistent_free", t_gpu_persistent_free },
 	{ "gpu_callback_free", t_gpu_callback_free },
 	{ "gpu_enomem_version", t_gpu_enomem_version },
+	{ "gpu_mode_param", t_gpu_mode_param },
 	{ NULL },
 };
