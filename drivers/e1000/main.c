@@ -189,8 +189,15 @@ static long pnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	}
 	mutex_unlock(&nic->lock);
 	/* TX reports the frames sent even when it timed out */
-	if ((!ret || cmd == PDMA_NIC_IOC_TX) && out && copy_to_user(uarg, &u, size))
+	if ((!ret || cmd == PDMA_NIC_IOC_TX) && out && copy_to_user(uarg, &u, size)) {
+		/* an attachment the caller was not told of would stay EBUSY */
+		if (cmd == PDMA_NIC_IOC_RX_ATTACH && !ret) {
+			mutex_lock(&nic->lock);
+			pnic_rx_detach(nic, file);
+			mutex_unlock(&nic->lock);
+		}
 		return -EFAULT;
+	}
 	return ret;
 }
 

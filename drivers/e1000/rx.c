@@ -438,8 +438,27 @@ static struct pnic_rx *pnic_rx_of(struct pnic *nic, struct file *owner, bool rin
 }
 
 /*
+ * Deliver completions a failed copy left in r->batch, oldest first: 0 or
+ * -EFAULT (they stay pending); *done grows by what was delivered.
+ */
+static int pnic_rx_deliver_pending(struct pnic_rx *r, struct pdma_nic_cqe __user *uc,
+				   u32 max, u32 *done)
+{
+	u32 n = min(r->npending, max - *done);
+
+	if (copy_to_user(uc + *done, r->batch, n * sizeof(*uc)))
+		return -EFAULT;
+	r->npending -= n;
+	memmove(r->batch, r->batch + n, r->npending * sizeof(*r->batch));
+	*done += n;
+	return 0;
+}
+
+/*
  * Completions in arrival order; waits up to timeout_ms for the first,
  * dropping nic->lock while it sleeps (a detach or close may come meanwhile).
+ * A completion is never lost to a bad cqes pointer: what could not be copied
+ * is delivered first by the next RX_POLL.
  */
 int pnic_rx_poll(struct pnic *nic, struct file *owner, struct pdma_nic_rx_poll *p)
 {
@@ -457,14 +476,23 @@ int pnic_rx_poll(struct pnic *nic, struct file *owner, struct pdma_nic_rx_poll *
 		r = pnic_rx_of(nic, owner, false);
 		if (!r)
 			return nic->gone ? -ENXIO : -EINVAL;
+		if (r->npending) {
+			if (pnic_rx_deliver_pending(r, uc, p->max, &done))
+				break;
+			if (done == p->max)
+				break;
+			continue;
+		}
 		t0 = ktime_get_ns();
 		mutex_lock(&nic->hw_lock);
 		n = pnic_rx_reap(nic, r, min_t(u32, p->max - done, PNIC_POLL_BATCH));
 		stopped = r->stopped;
 		nic->stats.reap_ns += ktime_get_ns() - t0;
 		mutex_unlock(&nic->hw_lock);
-		if (n && copy_to_user(uc + done, r->batch, n * sizeof(*uc)))
-			return -EFAULT;
+		if (n && copy_to_user(uc + done, r->batch, n * sizeof(*uc))) {
+			r->npending = n;	/* reaped: theirs once delivered */
+			break;
+		}
 		done += n;
 		if (done == p->max || (done && n < PNIC_POLL_BATCH))
 			break;
@@ -482,16 +510,31 @@ int pnic_rx_poll(struct pnic *nic, struct file *owner, struct pdma_nic_rx_poll *
 		if (nic->gone)
 			return -ENXIO;
 	}
+	/* a copy failed: what was delivered before it counts, else EFAULT */
+	if (r->npending && !done)
+		return -EFAULT;
 	p->n = done;
 	return 0;
 }
 
-/* buffers back to the NIC: each must be user-owned (not posted twice) */
+/* the @k-th buffer staged by the RX_POST in progress, just past the fifo */
+static u32 *pnic_rx_staged(struct pnic_rx *r, u32 k)
+{
+	return &r->fifo[(r->fifo_head + r->fifo_len + k) % r->nbufs];
+}
+
+/*
+ * Buffers back to the NIC, all or none: each must be user-owned (not posted
+ * twice). The indices come in batches; each is checked and staged in the
+ * fifo past its end (room: a staged buffer was the user's, so it is in
+ * neither the fifo nor the ring), and the call commits them at once. Only
+ * RX_POLL and RX_POST, both under nic->lock, touch the fifo and the states.
+ */
 int pnic_rx_post(struct pnic *nic, struct file *owner, struct pdma_nic_rx_post *p)
 {
 	const u32 __user *ub = u64_to_user_ptr(p->bufs);
 	struct pnic_rx *r = pnic_rx_of(nic, owner, false);
-	u32 done = 0, n, i, b;
+	u32 done = 0, staged = 0, n, i, b;
 	int ret = 0;
 	u64 t0;
 
@@ -502,11 +545,12 @@ int pnic_rx_post(struct pnic *nic, struct file *owner, struct pdma_nic_rx_post *
 		return -EINVAL;
 	while (!ret && done < p->n) {
 		n = min_t(u32, p->n - done, PNIC_POLL_BATCH);
-		if (copy_from_user(r->post_idx, ub + done, n * sizeof(*ub)))
-			return -EFAULT;
-		t0 = ktime_get_ns();
+		if (copy_from_user(r->post_idx, ub + done, n * sizeof(*ub))) {
+			ret = -EFAULT;
+			break;
+		}
 		mutex_lock(&nic->hw_lock);
-		if (r->stopped)
+		if (r->stopped)		/* revoked: ENODEV before any index check */
 			ret = -ENODEV;
 		for (i = 0; !ret && i < n; i++) {
 			b = r->post_idx[i];
@@ -515,21 +559,24 @@ int pnic_rx_post(struct pnic *nic, struct file *owner, struct pdma_nic_rx_post *
 				break;
 			}
 			r->state[b] = PNIC_BUF_FREE;
+			*pnic_rx_staged(r, staged++) = b;
 		}
-		if (ret) {	/* this batch's buffers stay the user's */
-			while (i--)
-				r->state[r->post_idx[i]] = PNIC_BUF_USER;
-		} else {
-			for (i = 0; i < n; i++) {
-				r->fifo[(r->fifo_head + r->fifo_len) % r->nbufs] = r->post_idx[i];
-				r->fifo_len++;
-			}
-			pnic_rx_refill(nic, r);
-		}
-		nic->stats.reap_ns += ktime_get_ns() - t0;
 		mutex_unlock(&nic->hw_lock);
 		done += n;
 	}
+	t0 = ktime_get_ns();
+	mutex_lock(&nic->hw_lock);
+	if (!ret && r->stopped)
+		ret = -ENODEV;
+	if (ret) {	/* every buffer of the call stays the user's */
+		while (staged--)
+			r->state[*pnic_rx_staged(r, staged)] = PNIC_BUF_USER;
+	} else {
+		r->fifo_len += staged;
+		pnic_rx_refill(nic, r);
+	}
+	nic->stats.reap_ns += ktime_get_ns() - t0;
+	mutex_unlock(&nic->hw_lock);
 	return ret;
 }
 

@@ -11,6 +11,8 @@
 
 #include <linux/delay.h>
 #include <linux/ktime.h>
+#include <linux/overflow.h>
+#include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
@@ -107,11 +109,13 @@ int pnic_tx_raw(struct pnic *nic, dma_addr_t addr, u32 len)
 static int pnic_tx_frame(struct pnic *nic, struct peerdma_client *c,
 			 const struct pdma_nic_tx_frame *f, u32 *last)
 {
-	u64 off = f->offset, end = f->offset + f->len, seg;
+	u64 off = f->offset, end, seg;
 	dma_addr_t addr;
 	int ret;
 
-	if (f->pad || f->len < 60 || f->len > PNIC_MAX_FRAME)
+	/* a wrapped end would queue nothing and leave *last unset */
+	if (f->pad || f->len < 60 || f->len > PNIC_MAX_FRAME ||
+	    check_add_overflow(f->offset, (u64)f->len, &end))
 		return -EINVAL;
 	while (off < end) {
 		seg = end - off;
@@ -163,6 +167,11 @@ static int pnic_tx_batch(struct pnic *nic, struct peerdma_client *c,
 			ret = -ETIMEDOUT;
 			break;
 		}
+		/* nic->lock is held: a kill must not wait for the whole call */
+		if (signal_pending(current)) {
+			ret = -EINTR;
+			break;
+		}
 		usleep_range(20, 50);
 	}
 	*done += sent;
@@ -187,19 +196,29 @@ int pnic_tx(struct pnic *nic, struct pdma_nic_tx *t)
 	f = kmalloc_array(PNIC_TX_BATCH, sizeof(*f), GFP_KERNEL);
 	if (!f)
 		return -ENOMEM;
+	/*
+	 * Before the client exists: a quiesce of this call's pin can come as
+	 * soon as peerdma_client_get() has put it on the pin, and the
+	 * tx_stopped it sets must stay set. (Earlier calls' clients are put:
+	 * their quiesce no longer comes.)
+	 */
+	mutex_lock(&nic->hw_lock);
+	if (nic->tx_stopped)	/* an earlier call's pin was quiesced */
+		pnic_tx_init_hw(nic);
+	nic->tx_stopped = false;
+	mutex_unlock(&nic->hw_lock);
 	ret = peerdma_client_get(t->peerdma_fd, t->handle, &nic->pdev->dev,
 				 PEERDMA_CLIENT_SPLIT_4K, &pnic_tx_ops, nic, &c);
 	if (ret) {
 		kfree(f);
 		return ret;
 	}
-	mutex_lock(&nic->hw_lock);
-	if (nic->tx_stopped)	/* an earlier call's pin was quiesced */
-		pnic_tx_init_hw(nic);
-	nic->tx_stopped = false;
-	mutex_unlock(&nic->hw_lock);
 	while (!ret && at < t->n) {
 		n = min_t(u32, t->n - at, PNIC_TX_BATCH);
+		if (signal_pending(current)) {
+			ret = -EINTR;
+			break;
+		}
 		if (copy_from_user(f, uf + at, n * sizeof(*f))) {
 			ret = -EFAULT;
 			break;

@@ -16,10 +16,14 @@
  * len) of the pinned range into nbufs receive buffers of buf_size bytes
  * (buffer i at offset + i * buf_size; a buffer never straddles a
  * discontiguous pair of pages). All buffers start posted to the NIC. A frame
- * lands at the start of one buffer (frames longer than buf_size are dropped
- * by the NIC and counted in rx_long). RX_POLL reports completions in arrival
- * order, without touching the payload; the buffers they name belong to user
- * space until RX_POST gives them back.
+ * lands at the start of one buffer (no jumbo frames: frames of more than 1522
+ * bytes, 1518 and a VLAN tag, are dropped by the NIC and counted in rx_long,
+ * whatever buf_size). RX_POLL reports completions in arrival order, without
+ * touching the payload; the buffers they name belong to user space until
+ * RX_POST gives them back. No completion is lost to a cqes array that cannot
+ * be written: RX_POLL fails with EFAULT (or returns what it wrote before the
+ * bad part) and the next RX_POLL delivers the rest first. RX_POST gives back
+ * all of its buffers or, on an error, none.
  *
  * Receive ring in GPU memory (PDMA_NIC_RX_RING_IN_MEM, CAP_SYS_RAWIO): the
  * NIC's descriptor ring itself is put at [offset, offset + ring_bytes) of the
@@ -43,8 +47,9 @@
  * process), each frame one descriptor (two where it crosses pages that are
  * not contiguous in I/O space), and waits until the NIC reports them sent.
  * The range is mapped for the NIC for that call only: if timeout_ms passes
- * (ETIMEDOUT), the call fails or a quiesce comes, the transmitter is stopped
- * and what was still queued is dropped; done says how many went.
+ * (ETIMEDOUT), a signal comes (EINTR), the call fails or a quiesce comes, the
+ * transmitter is stopped and what was still queued is dropped; done says how
+ * many went.
  *
  * Errors: ENOTTY unknown ioctl; EINVAL bad size/flags/pad, buf_size not one
  * the NIC supports, offset/len outside the pin or not buf_size aligned, too
@@ -151,7 +156,7 @@ struct pdma_nic_stats {
 	__u64 rx_frames;	/* completions reported */
 	__u64 rx_bytes;
 	__u64 rx_missed;	/* NIC had no free descriptor (MPC) */
-	__u64 rx_long;		/* longer than buf_size (dropped by the NIC) */
+	__u64 rx_long;		/* longer than 1522 bytes (dropped by the NIC) */
 	__u64 rx_errors;	/* completions with PDMA_NIC_CQE_ERR */
 	__u64 tx_frames;
 	__u64 doorbells;	/* tail register writes (RX and TX) */

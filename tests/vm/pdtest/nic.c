@@ -384,47 +384,170 @@ static void t_nic_errors(void)
 	EXPECT_ERR(nic_tx(&c, &f, 1, NULL), EINVAL);
 	f = (struct pdma_nic_tx_frame){ .offset = TXLEN - 100, .len = 200 };
 	EXPECT_ERR(nic_tx(&c, &f, 1, NULL), EINVAL);
+	/* offset + len wraps around: outside the pin too */
+	f = (struct pdma_nic_tx_frame){ .offset = ~0ULL - 255, .len = 1000 };
+	EXPECT_ERR(nic_tx(&c, &f, 1, NULL), EINVAL);
 	ready(&c);	/* still works after all that (4 KiB buffers) */
 	nic_done(&c);
 }
 
 /* runt, largest, oversize (dropped and counted), marker; FCS stripped */
-static void t_nic_odd(void)
+static void nic_odd_frames(struct nic *c)
 {
 	struct pdma_nic_stats s0, s1;
 	struct pdma_nic_cqe e;
+
+	ready(c);
+	s0 = nic_stats(c->nfd);
+	ctl_send(c, "ODD %u", c->seed);
+	/* the runt comes padded to 60 bytes (zeros after its 20) */
+	if (!next_data(c, &e, 5000)) {
+		EXPECT_EQ(e.len, 60);
+		EXPECT_EQ(be32(buf_of(c, e.buf) + 14), 1);
+		EXPECT_EQ(buf_of(c, e.buf)[59], 0);
+		post(c, e.buf);
+	} else {
+		FAIL("no runt");
+	}
+	if (!next_data(c, &e, 5000)) {
+		check_data(c, &e, 2, 1514);
+		post(c, e.buf);
+	} else {
+		FAIL("no 1514-byte frame");
+	}
+	if (!next_data(c, &e, 5000)) {
+		check_data(c, &e, 6, 100);	/* 3..5 were dropped */
+		post(c, e.buf);
+	} else {
+		FAIL("no marker");
+	}
+	s1 = nic_stats(c->nfd);
+	EXPECT_EQ(s1.rx_long - s0.rx_long, 3);
+	EXPECT_EQ(s1.rx_errors - s0.rx_errors, 0);
+}
+
+/*
+ * The odd frames into 2048- and into 4096-byte buffers: no jumbo frames, so
+ * the 1600- and 3000-byte frames are dropped even where they would fit.
+ */
+static void t_nic_odd(void)
+{
 	struct nic c;
 
 	nic_init(&c, GPAGE, 0);
 	EXPECT_OK(nic_attach(&c, PDMA_NIC_RX_STRIP_CRC, 2048, RXLEN));
-	ready(&c);
-	s0 = nic_stats(c.nfd);
-	ctl_send(&c, "ODD %u", c.seed);
-	/* the runt comes padded to 60 bytes (zeros after its 20) */
-	if (!next_data(&c, &e, 5000)) {
-		EXPECT_EQ(e.len, 60);
-		EXPECT_EQ(be32(buf_of(&c, e.buf) + 14), 1);
-		EXPECT_EQ(buf_of(&c, e.buf)[59], 0);
-		post(&c, e.buf);
-	} else {
-		FAIL("no runt");
-	}
-	if (!next_data(&c, &e, 5000)) {
-		check_data(&c, &e, 2, 1514);
-		post(&c, e.buf);
-	} else {
-		FAIL("no 1514-byte frame");
-	}
-	if (!next_data(&c, &e, 5000)) {
-		check_data(&c, &e, 6, 100);	/* 3..5 were dropped */
-		post(&c, e.buf);
-	} else {
-		FAIL("no marker");
-	}
-	s1 = nic_stats(c.nfd);
-	EXPECT_EQ(s1.rx_long - s0.rx_long, 3);
-	EXPECT_EQ(s1.rx_errors - s0.rx_errors, 0);
+	nic_odd_frames(&c);
+	EXPECT_OK(ioctl(c.nfd, PDMA_NIC_IOC_RX_DETACH));
+	EXPECT_OK(nic_attach(&c, PDMA_NIC_RX_STRIP_CRC, 4096, RXLEN));
+	nic_odd_frames(&c);
 	nic_done(&c);
+}
+
+/*
+ * Arguments user space cannot write: a completion RX_POLL could not copy out
+ * comes with the next RX_POLL, an attachment whose reply could not be written
+ * is undone; RX_POST gives back all of its buffers or none (a bad index in
+ * its second batch of 256 leaves the first batch the user's).
+ */
+static void t_nic_user_faults(void)
+{
+	struct pdma_nic_rx_poll p = { .size = sizeof(p), .max = 8, .timeout_ms = 3000 };
+	struct pdma_nic_rx_post po = { .size = sizeof(po) };
+	uint32_t ours[260], n = 0;
+	struct pdma_nic_cqe e;
+	struct nic c;
+	uint8_t *ro;
+
+	/* 512 buffers of 2 KiB */
+	nic_init(&c, 16 * GPAGE, 0);
+	ro = map_anon(PAGE);
+	memcpy(ro, &(struct pdma_nic_rx_attach){ .size = sizeof(struct pdma_nic_rx_attach),
+		.flags = PDMA_NIC_RX_STRIP_CRC, .peerdma_fd = c.fd, .buf_size = 2048,
+		.handle = c.hrx, .len = 16 * GPAGE }, sizeof(struct pdma_nic_rx_attach));
+	EXPECT_OK(mprotect(ro, PAGE, PROT_READ));
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_ATTACH, ro), EFAULT);
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_DETACH), EINVAL);	/* nothing attached */
+	EXPECT_OK(nic_attach(&c, PDMA_NIC_RX_STRIP_CRC, 2048, 16 * GPAGE));
+	EXPECT_EQ(c.at.nbufs, 512);
+	ready(&c);
+
+	ctl_send(&c, "SEND 0 4 128 %u", c.seed);
+	p.cqes = (uintptr_t)ro;		/* read-only */
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_POLL, &p), EFAULT);
+	for (uint32_t seq = 0; seq < 4; seq++) {
+		if (next_data(&c, &e, 3000)) {
+			FAIL("frame %u lost to the failed RX_POLL", seq);
+			break;
+		}
+		check_data(&c, &e, seq, 128);
+		post(&c, e.buf);
+	}
+
+	ctl_send(&c, "SEND 100 257 60 %u", c.seed);
+	while (n < 257) {
+		if (next_data(&c, &e, 5000)) {
+			FAIL("%u of 257 frames", n);
+			break;
+		}
+		ours[n++] = e.buf;
+	}
+	if (n == 257) {
+		ours[256] = 9999;
+		po.bufs = (uintptr_t)ours;
+		po.n = 257;
+		EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_POST, &po), EINVAL);
+		/* none went back: each can be posted now */
+		po.n = 256;
+		EXPECT_OK(ioctl(c.nfd, PDMA_NIC_IOC_RX_POST, &po));
+		EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_POST, &po), EINVAL);
+	}
+	munmap(ro, PAGE);
+	nic_done(&c);
+}
+
+/* a TX of a million frames with no timeout ends at SIGKILL, not when sent */
+static void t_nic_tx_kill(void)
+{
+	int st, p[2];
+	double t0;
+	pid_t pid;
+	char ch;
+
+	if (pipe(p))
+		return;
+	pid = fork();
+	if (pid == 0) {
+		const uint32_t n = 1U << 20;
+		struct pdma_nic_tx_frame *f = calloc(n, sizeof(*f));
+		struct nic c;
+
+		nic_init(&c, GPAGE, 0);
+		/* the host counts them for a seed nobody asks about */
+		frame_fill(c.tx, host_mac, guest_mac, ET_TX, 0, c.seed + 1, 60);
+		for (uint32_t i = 0; f && i < n; i++)
+			f[i] = (struct pdma_nic_tx_frame){ .offset = 0, .len = 60 };
+		struct pdma_nic_tx t = { .size = sizeof(t), .peerdma_fd = c.fd, .n = n,
+			.handle = c.htx, .frames = (uintptr_t)f, .timeout_ms = -1 };
+
+		if (!f || write(p[1], "g", 1) != 1)
+			_exit(2);
+		ioctl(c.nfd, PDMA_NIC_IOC_TX, &t);
+		_exit(3);	/* sent a million frames before the kill came */
+	}
+	close(p[1]);
+	EXPECT_EQ(read(p[0], &ch, 1), 1);
+	close(p[0]);
+	usleep(300000);
+	t0 = now();
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	EXPECT(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	printf("  TX call killed after 300 ms: the process was gone %.0f ms after the kill\n",
+	       (now() - t0) * 1e3);
+	EXPECT(now() - t0 < 1.0);
+	wait_clean();
+	if (check_clean("after the killed TX"))
+		fails++;
 }
 
 /* the descriptor ring in GPU memory, polled through the gpusim mmap */
@@ -815,6 +938,8 @@ const struct pd_test pd_nic_tests[] = {
 	{ "nic_odd", t_nic_odd },
 	{ "nic_ring_in_mem", t_nic_ring_in_mem },
 	{ "nic_tx", t_nic_tx },
+	{ "nic_user_faults", t_nic_user_faults },
+	{ "nic_tx_kill", t_nic_tx_kill },
 	{ "nic_perf", t_nic_perf },
 	{ "nic_kill9", t_nic_kill9 },
 	{ "nic_rmmod", t_nic_rmmod },
