@@ -5,6 +5,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/device.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/module.h>
@@ -20,6 +21,7 @@ static void pdma_client_free_work(struct work_struct *work)
 
 	if (pin->prov->client_free)
 		pin->prov->client_free(c);
+	put_device(c->dev);
 	kvfree(c->dma);
 	kfree(c);
 	pdma_pin_put(pin);
@@ -143,7 +145,8 @@ int peerdma_client_get(int fd, u64 handle, struct device *dev, u32 flags,
 	kref_init(&c->ref);
 	INIT_LIST_HEAD(&c->node);
 	c->pin = pin;
-	c->dev = dev;
+	/* the deferred free (a dma-buf detach) may run after the driver let go */
+	c->dev = get_device(dev);
 	c->ops = ops;
 	c->priv = priv;
 	c->flags = flags;
@@ -193,6 +196,7 @@ err_put:
 err_unlock:
 	up_read(&pin->map_sem);
 err_free:
+	put_device(c->dev);
 	kvfree(c->dma);
 	kfree(c);
 	pdma_pin_put(pin);

@@ -10,7 +10,8 @@
  * stop (or wait for) every DMA to the range before returning, must not sleep
  * long, and must not call back into peerdma. After quiesce the address list is
  * gone: peerdma_client_map() returns NULL. peerdma_client_put() releases it in
- * any state.
+ * any state. The client holds a reference on @dev until peerdma has freed it
+ * (a dma-buf client is detached from a work item, after the put returned).
  */
 #ifndef PEERDMA_CLIENT_H
 #define PEERDMA_CLIENT_H
