@@ -19,8 +19,10 @@
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <linux/capability.h>
 
 #include <uapi/peerdma_nic.h>
 #include "harness.h"
@@ -505,6 +507,112 @@ static void t_nic_user_faults(void)
 	nic_done(&c);
 }
 
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * The rest of the uapi header's promises: who may attach and detach
+ * (EACCES, EINVAL, EPERM), RX_POST's checks (duplicates, too many: nothing
+ * posted), RX_POLL ends at a signal, the ring-in-memory mode's limits and
+ * its ENODEV after a revoke.
+ */
+static void t_nic_contract(void)
+{
+	struct pdma_nic_rx_poll p = { .size = sizeof(p), .cqes = 0, .max = 1, .timeout_ms = -1 };
+	struct pdma_nic_rx_post po = { .size = sizeof(po) };
+	struct pdma_nic_rx_doorbell db = { .size = sizeof(db) };
+	struct sigaction sa = { .sa_handler = on_alarm }, old_sa;
+	struct itimerval it = { .it_value = { .tv_usec = 200000 } };
+	struct pdma_nic_cqe q[4], e;
+	uint32_t bufs[3];
+	struct nic c;
+	int st, nfd2, r, err;
+	pid_t pid;
+
+	nic_init(&c, GPAGE, 0);
+	EXPECT_OK(nic_attach(&c, PDMA_NIC_RX_STRIP_CRC, 2048, RXLEN));
+	/* another file cannot detach it; another process cannot use our pins */
+	nfd2 = nic_open();
+	EXPECT_ERR(ioctl(nfd2, PDMA_NIC_IOC_RX_DETACH), EINVAL);
+	close(nfd2);
+	pid = fork();
+	if (pid == 0) {
+		struct pdma_nic_tx_frame f = { .offset = 0, .len = 60 };
+
+		fails = 0;
+		/* the inherited fd and handle: refused by peerdma_client_get */
+		EXPECT_ERR(nic_tx(&c, &f, 1, NULL), EACCES);
+		_exit(fails ? 1 : 0);
+	}
+	waitpid(pid, &st, 0);
+	EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ready(&c);
+
+	/* two buffers of ours: a duplicate or an oversized list posts nothing */
+	ctl_send(&c, "SEND 0 2 60 %u", c.seed);
+	for (int i = 0; i < 2; i++)
+		if (next_data(&c, &e, 5000))
+			FAIL("frame %d never came", i);
+		else
+			bufs[i] = e.buf;
+	bufs[2] = bufs[0];
+	po.bufs = (uintptr_t)bufs;
+	po.n = 3;
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_POST, &po), EINVAL);
+	po.n = c.at.nbufs + 1;
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_POST, &po), EINVAL);
+	po.n = 2;
+	EXPECT_OK(ioctl(c.nfd, PDMA_NIC_IOC_RX_POST, &po));
+
+	/* RX_POLL with no timeout ends at a signal (stray frames: posted back) */
+	p.cqes = (uintptr_t)q;
+	sigaction(SIGALRM, &sa, &old_sa);	/* no SA_RESTART */
+	setitimer(ITIMER_REAL, &it, NULL);
+	while ((r = ioctl(c.nfd, PDMA_NIC_IOC_RX_POLL, &p)) == 0)
+		post(&c, q[0].buf);
+	err = errno;
+	EXPECT_EQ(r, -1);
+	EXPECT_EQ(err, EINTR);
+	sigaction(SIGALRM, &old_sa, NULL);
+	EXPECT_OK(ioctl(c.nfd, PDMA_NIC_IOC_RX_DETACH));
+
+	/* the ring in memory: limits, and RX_POST refused there */
+	c.at = (struct pdma_nic_rx_attach){ .size = sizeof(c.at),
+		.flags = PDMA_NIC_RX_RING_IN_MEM, .peerdma_fd = c.fd, .buf_size = 2048,
+		.handle = c.hrx, .len = GPAGE, .ring_entries = 968 };
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_ATTACH, &c.at), EINVAL);
+	c.at.ring_entries = 20;	/* not a multiple of 8 */
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_ATTACH, &c.at), EINVAL);
+	pid = fork();
+	if (pid == 0) {
+		struct __user_cap_header_struct hd = { .version = _LINUX_CAPABILITY_VERSION_3 };
+		struct __user_cap_data_struct d[2];
+		struct nic c2;
+
+		fails = 0;
+		nic_init(&c2, GPAGE, 0);
+		memset(d, 0, sizeof(d));
+		if (syscall(SYS_capget, &hd, d) == 0) {
+			d[0].effective &= ~(1U << CAP_SYS_RAWIO);
+			syscall(SYS_capset, &hd, d);
+		}
+		EXPECT_ERR(nic_attach(&c2, PDMA_NIC_RX_RING_IN_MEM, 2048, 17 * 2048), EPERM);
+		_exit(fails ? 1 : 0);
+	}
+	waitpid(pid, &st, 0);
+	EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	EXPECT_OK(nic_attach(&c, PDMA_NIC_RX_RING_IN_MEM, 2048, 17 * 2048));
+	po.n = 1;
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_POST, &po), EINVAL);
+	/* unpin revokes: the doorbell is refused from then on */
+	EXPECT_OK(unpin(c.fd, c.hrx));
+	db.tail = 3;
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_DOORBELL, &db), ENODEV);
+	nic_done(&c);
+}
+
 /* a TX of a million frames with no timeout ends at SIGKILL, not when sent */
 static void t_nic_tx_kill(void)
 {
@@ -940,6 +1048,7 @@ const struct pd_test pd_nic_tests[] = {
 	{ "nic_tx", t_nic_tx },
 	{ "nic_user_faults", t_nic_user_faults },
 	{ "nic_tx_kill", t_nic_tx_kill },
+	{ "nic_contract", t_nic_contract },
 	{ "nic_perf", t_nic_perf },
 	{ "nic_kill9", t_nic_kill9 },
 	{ "nic_rmmod", t_nic_rmmod },
