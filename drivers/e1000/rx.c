@@ -242,12 +242,15 @@ static void pnic_rx_free(struct pnic_rx *r)
 /* buffers and ring from the request and the pin's size (no hardware yet) */
 static int pnic_rx_layout(struct pnic_rx *r, struct pdma_nic_rx_attach *a, u64 pinned)
 {
-	u64 slots = a->len / a->buf_size, e;
+	u64 slots, e;
 
-	if ((a->buf_size != 2048 && a->buf_size != 4096) ||
-	    a->offset % a->buf_size || a->len % a->buf_size ||
+	/* first: every division below is by buf_size */
+	if (a->buf_size != 2048 && a->buf_size != 4096)
+		return -EINVAL;
+	if (a->offset % a->buf_size || a->len % a->buf_size ||
 	    a->offset >= pinned || a->len > pinned - a->offset)
 		return -EINVAL;
+	slots = a->len / a->buf_size;
 	if (a->ring_entries && (a->ring_entries % 8 || a->ring_entries > PNIC_RX_RING_MAX))
 		return -EINVAL;
 	if (!(a->flags & PDMA_NIC_RX_RING_IN_MEM)) {

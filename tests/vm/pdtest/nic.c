@@ -360,6 +360,7 @@ static void t_nic_errors(void)
 	EXPECT_ERR(ioctl(c.nfd, _IO('N', 99)), ENOTTY);
 	EXPECT_ERR(nic_attach(&c, 1U << 7, 2048, RXLEN), EINVAL);
 	EXPECT_ERR(nic_attach(&c, 0, 1024, RXLEN), EINVAL);
+	EXPECT_ERR(nic_attach(&c, 0, 0, RXLEN), EINVAL);	/* was a divide error */
 	EXPECT_ERR(nic_attach(&c, 0, 2048, RXLEN + 100), EINVAL);
 	EXPECT_ERR(nic_attach(&c, 0, 2048, 2 * GPAGE), EINVAL);	/* beyond the pin */
 	EXPECT_ERR(nic_attach(&c, 0, 2048, 4 * 2048), EINVAL);	/* too few buffers */
