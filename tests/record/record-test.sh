@@ -38,6 +38,20 @@ start_record() {
 	done
 }
 
+# wait_bounded PID SECONDS: wait for PID, killing it (-9) after SECONDS; its
+# status. A polling loop in this shell, not a watchdog subshell: a subshell
+# killed before it has reset the traps it inherited runs the EXIT trap
+# (cleanup: the recordings deleted, record killed, under CI's load).
+wait_bounded() {
+	local i
+	for i in $(seq $(($2 * 10))); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -9 "$1" 2>/dev/null || true
+	wait "$1"
+}
+
 # record_path PATH: 0 checked, 77 no CUDA device for it, else failed.
 record_path() {
 	local path=$1 d=$tmp/$1
@@ -131,13 +145,19 @@ start_record "$d" --idle 60000
 gp=$!
 sleep 1
 kill -INT "$gp"
-(sleep 10; kill -9 "$gp") 2>/dev/null &
-wd=$!
-if ! wait "$gp"; then
+if ! wait_bounded "$gp" 10; then
 	echo "record-test: signals: gen did not end cleanly on SIGINT"; cat "$d/gen.err"; exit 1
 fi
-kill "$wd" 2>/dev/null || true
 sleep 0.5
+if ! kill -0 "$rpid" 2>/dev/null; then
+	# it was to run until this SIGINT: say how it ended (set -e would not)
+	st=0
+	wait "$rpid" || st=$?
+	rpid=
+	echo "record-test: signals: peerdma record ended by itself before the SIGINT (status $st)"
+	cat "$d/record.err" "$d/gen.err"
+	exit 1
+fi
 kill -INT "$rpid"
 if ! wait "$rpid"; then
 	rpid=
@@ -156,16 +176,13 @@ if "$tool" record --help 2>&1 | grep -q -- '--zmq'; then
 	mkdir -p "$d"
 	start_record "$d" --idle 1500 --zmq 'tcp://127.0.0.1:*'
 	[ -n "$port" ] || { echo "record-test: zmq: record did not start"; cat "$d/record.err"; exit 1; }
-	(sleep 60; kill -9 "$rpid") 2>/dev/null &
-	wd=$!
 	"$tool" gen --port "$port" --streams 2 --packets 2000 --loss 10 --seed 5 --rate 40000 \
 		--pcap "$d/sent.pcap" >/dev/null 2>"$d/gen.err"
-	if ! wait "$rpid"; then
+	if ! wait_bounded "$rpid" 60; then
 		rpid=
 		echo "record-test: zmq: peerdma record --zmq failed or hung"; cat "$d/record.err"; exit 1
 	fi
 	rpid=
-	kill "$wd" 2>/dev/null || true
 	"$py" "$src/sigmf_check.py" "$d" cap "$d/sent.pcap" 10000000 || { cat "$d/record.err"; exit 1; }
 	"$py" -c 'import json, sys; z = json.load(open(sys.argv[1]))["zmq"]; sys.exit(0 if z["messages"] > 0 else 1)' \
 		"$d/summary.json" || { echo "record-test: zmq: no message published"; exit 1; }
