@@ -144,6 +144,7 @@ struct pnic_rx {
 	u32 next_clean;		/* next slot the NIC completes (its RDH) */
 	u32 next_use;		/* first slot the NIC may not use (its RDT) */
 	bool stopped;		/* quiesced: the addresses are gone */
+	bool abort;		/* a quiesce waits for hw_lock: the ring bootstrap gives up */
 	struct pdma_nic_cqe batch[PNIC_POLL_BATCH];
 	u32 npending;		/* batch[0..npending): reaped, not yet delivered (EFAULT) */
 	u32 post_idx[PNIC_POLL_BATCH];

@@ -63,6 +63,13 @@ static void pnic_rx_quiesce(void *priv, u64 handle)
 	struct pnic *nic = r->nic;
 	u64 t0 = ktime_get_ns();
 
+	/*
+	 * A ring-in-memory attach holds hw_lock through its loopback
+	 * bootstrap (seconds while QEMU stalls reception): make it give up
+	 * within one try instead of keeping the revoker (and the GPU driver's
+	 * lock) waiting.
+	 */
+	WRITE_ONCE(r->abort, true);
 	mutex_lock(&nic->hw_lock);
 	if (!r->stopped && nic->rx == r && !nic->gone)
 		pnic_rx_stop_hw(nic);
@@ -208,6 +215,10 @@ static int pnic_rx_ring_to_mem(struct pnic *nic, struct pnic_rx *r,
 		len = min_t(u32, PNIC_BOOT_CHUNK, bytes - k * PNIC_BOOT_CHUNK);
 		d = &nic->rx_ring[k];
 		for (tries = 0; !ret && tries < 100; tries++) {
+			if (READ_ONCE(r->abort)) {	/* revoked meanwhile */
+				ret = -ENODEV;
+				break;
+			}
 			ret = pnic_tx_raw(nic, image_dma + k * PNIC_BOOT_CHUNK, len);
 			/* received within microseconds, or never: 20 ms */
 			for (w = 0; !ret && w < 20 && !(READ_ONCE(d->status) &
@@ -225,7 +236,7 @@ static int pnic_rx_ring_to_mem(struct pnic *nic, struct pnic_rx *r,
 	for (k = 0; k < chunks; k++)
 		pnic_wr(nic, E1000_RAH(k + 1), 0);
 	pnic_wr(nic, E1000_RAH0, rah0);
-	if (ret)
+	if (ret && ret != -ENODEV)
 		dev_err(&nic->pdev->dev, "ring to pinned memory by loopback: %d\n", ret);
 	return ret;
 }

@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/mman.h>
@@ -734,6 +735,66 @@ static void t_nic_ring_in_mem(void)
 	nic_done(&c);
 }
 
+struct ring_attach {
+	struct nic *c;
+	uint64_t handle;
+	int ret, err;
+};
+
+static void *ring_attach_thread(void *arg)
+{
+	struct ring_attach *ra = arg;
+	struct pdma_nic_rx_attach a = { .size = sizeof(a),
+		.flags = PDMA_NIC_RX_RING_IN_MEM | PDMA_NIC_RX_STRIP_CRC,
+		.peerdma_fd = ra->c->fd, .buf_size = 2048, .handle = ra->handle,
+		.len = 17 * 2048 };
+
+	ra->ret = ioctl(ra->c->nfd, PDMA_NIC_IOC_RX_ATTACH, &a);
+	ra->err = errno;
+	return NULL;
+}
+
+/*
+ * The GPU memory freed while a ring-in-memory attach is writing the ring by
+ * loopback (seconds under QEMU, which stalls reception 1 s after the receiver
+ * is enabled): the bootstrap gives up, the attach fails with ENODEV, and the
+ * free (the nv-p2p callback, the GPU driver's lock held) waits for one try at
+ * most, not for the whole bootstrap.
+ */
+static void t_nic_ring_revoke(void)
+{
+	struct pdma_nic_stats s0, s1;
+	struct ring_attach ra = { 0 };
+	pthread_t th;
+	struct nic c;
+	double t0, t_free;
+
+	nic_init(&c, GPAGE, 0);
+	ra.c = &c;
+	ra.handle = pin(c.fd, PEERDMA_KIND_GPU, PEERDMA_PIN_GPU_CALLBACK, c.rx_va, GPAGE, NULL);
+	EXPECT(ra.handle != 0);
+	s0 = nic_stats(c.nfd);
+	EXPECT_OK(pthread_create(&th, NULL, ring_attach_thread, &ra));
+	usleep(200000);
+	t0 = now();
+	EXPECT_OK(gs_free(c.gfd, c.rx_va));	/* c.hrx (persistent) keeps the pages */
+	t_free = now() - t0;
+	pthread_join(th, NULL);
+	s1 = nic_stats(c.nfd);
+	EXPECT_EQ(ra.ret, -1);
+	EXPECT_EQ(ra.err, ENODEV);
+	EXPECT(s1.quiesces > s0.quiesces);
+	printf("  GPU free during the ring bootstrap: returned after %.0f ms\n", t_free * 1e3);
+	EXPECT(t_free < 0.3);
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_DETACH), EINVAL);	/* nothing attached */
+	close(c.nfd);
+	close(c.fd);
+	close(c.gfd);
+	wait_clean();
+	if (check_clean("after the revoked ring bootstrap"))
+		fails++;
+}
+
 /* frames built in GPU pages sent by the NIC; nic-host.py checks each byte */
 static void t_nic_tx(void)
 {
@@ -1046,6 +1107,7 @@ const struct pd_test pd_nic_tests[] = {
 	{ "nic_errors", t_nic_errors },
 	{ "nic_odd", t_nic_odd },
 	{ "nic_ring_in_mem", t_nic_ring_in_mem },
+	{ "nic_ring_revoke", t_nic_ring_revoke },
 	{ "nic_tx", t_nic_tx },
 	{ "nic_user_faults", t_nic_user_faults },
 	{ "nic_tx_kill", t_nic_tx_kill },
