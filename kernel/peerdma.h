@@ -146,14 +146,13 @@ struct pdma_pin {
 	struct list_head ev_node;	/* in file->events */
 	u32 reason;			/* PEERDMA_EVENT_* */
 	bool counted;			/* pages held: counts in pdma_live_pins */
-	bool awaits_callback;		/* set by release(): the id stays for a late callback */
+	bool awaits_callback;		/* under lock: release left the id to a late callback */
 	union {
 		struct {
 			struct nvidia_p2p_page_table *pt;	/* NULL once put */
 			struct pid *owner;	/* callback mode: the pinning process */
 			bool persistent;
 			bool torn;	/* under lock: the callback returned, pt is gone */
-			bool orphaned;	/* under lock: released elsewhere, awaits the callback */
 			atomic_t armed;	/* the callback may come: holds a module ref */
 		} nv;
 		struct {

@@ -75,7 +75,7 @@ static void pdma_nv_free_callback(void *data)
 		/* release owns the pages and stopped the clients: it must not put */
 		mutex_lock(&pin->lock);
 		WRITE_ONCE(pin->nv.torn, true);
-		orphaned = pin->nv.orphaned;
+		orphaned = pin->awaits_callback;
 		mutex_unlock(&pin->lock);
 	}
 	if (pt)
@@ -110,7 +110,6 @@ static bool pdma_nv_orphan(struct pdma_pin *pin)
 	mutex_lock(&pin->lock);
 	orphan = !pin->nv.torn;
 	if (orphan) {
-		pin->nv.orphaned = true;
 		pin->awaits_callback = true;
 		kref_get(&pin->ref);	/* the callback's */
 		atomic_inc(&pdma_orphans);
@@ -120,6 +119,12 @@ static bool pdma_nv_orphan(struct pdma_pin *pin)
 		pr_debug("handle %llu released by process %d, pinned by %d: its pages wait for the GPU free\n",
 			 pin->id, task_tgid_nr(current), pid_nr(pin->nv.owner));
 	return orphan;
+}
+
+static void pdma_nv_destroy(struct pdma_pin *pin)
+{
+	put_pid(pin->nv.owner);
+	pin->nv.owner = NULL;
 }
 
 static void pdma_nv_put(struct pdma_pin *pin)
@@ -220,20 +225,13 @@ err_put:
 	complete_all(&pin->ready);
 	pdma_nv_put(pin);
 	pdma_pin_pages_gone(pin);
-	put_pid(pin->nv.owner);
-	pin->nv.owner = NULL;
+	pdma_nv_destroy(pin);	/* no release, so no destroy, for a failed pin */
 	return ret;
 }
 
 static void pdma_nv_release(struct pdma_pin *pin)
 {
 	pdma_nv_put(pin);
-}
-
-static void pdma_nv_destroy(struct pdma_pin *pin)
-{
-	put_pid(pin->nv.owner);
-	pin->nv.owner = NULL;
 }
 
 /* undo the first @n pages of pdma_nv_map_resource() */
