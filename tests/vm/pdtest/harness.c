@@ -7,8 +7,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/capability.h>
 
 #include "harness.h"
 
@@ -126,6 +128,19 @@ long module_refs(const char *mod)
 
 	snprintf(path, sizeof(path), "/sys/module/%s/refcnt", mod);
 	return read_number(path);
+}
+
+/* this thread loses @cap from its effective set (the permitted set keeps it) */
+int drop_cap(int cap)
+{
+	struct __user_cap_header_struct hd = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[2];
+
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capget, &hd, d))
+		return -1;
+	d[cap / 32].effective &= ~(1U << (cap % 32));
+	return syscall(SYS_capset, &hd, d) ? -1 : 0;
 }
 
 int write_param(const char *mod, const char *p, const char *v)

@@ -134,18 +134,12 @@ static void t_isolation(void)
 	/* no CAP_SYS_RAWIO: no physical addresses */
 	pid = fork();
 	if (pid == 0) {
-		struct __user_cap_header_struct hd = { .version = _LINUX_CAPABILITY_VERSION_3 };
-		struct __user_cap_data_struct d[2];
 		struct peerdma_get_pages g;
 		uint64_t a[1];
 		int f2 = pd_open();
 		uint64_t h = pin(f2, PEERDMA_KIND_HOST, 0, (uintptr_t)m, PAGE, NULL);
 
-		memset(d, 0, sizeof(d));
-		if (syscall(SYS_capget, &hd, d) == 0) {
-			d[0].effective &= ~(1U << CAP_SYS_RAWIO);
-			syscall(SYS_capset, &hd, d);
-		}
+		EXPECT_OK(drop_cap(CAP_SYS_RAWIO));
 		EXPECT_ERR(get_pages(f2, h, a, 1, &g), EPERM);
 		EXPECT_OK(unpin(f2, h));
 		_exit(fails ? 1 : 0);

@@ -126,8 +126,10 @@ static uint64_t orphan_pin(uint64_t va)
 	pid_t pid;
 	char c;
 
-	if (!h || pipe(p))
+	if (!h || pipe(p)) {
+		close(fd);
 		return 0;
+	}
 	pid = fork();
 	if (pid == 0) {
 		close(p[1]);

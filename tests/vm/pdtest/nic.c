@@ -589,17 +589,11 @@ static void t_nic_contract(void)
 	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_ATTACH, &c.at), EINVAL);
 	pid = fork();
 	if (pid == 0) {
-		struct __user_cap_header_struct hd = { .version = _LINUX_CAPABILITY_VERSION_3 };
-		struct __user_cap_data_struct d[2];
 		struct nic c2;
 
 		fails = 0;
 		nic_init(&c2, GPAGE, 0);
-		memset(d, 0, sizeof(d));
-		if (syscall(SYS_capget, &hd, d) == 0) {
-			d[0].effective &= ~(1U << CAP_SYS_RAWIO);
-			syscall(SYS_capset, &hd, d);
-		}
+		EXPECT_OK(drop_cap(CAP_SYS_RAWIO));
 		EXPECT_ERR(nic_attach(&c2, PDMA_NIC_RX_RING_IN_MEM, 2048, 17 * 2048), EPERM);
 		_exit(fails ? 1 : 0);
 	}
