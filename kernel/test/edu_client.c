@@ -247,6 +247,7 @@ static const struct file_operations edu_fops = {
 	.open = edu_open,
 	.release = edu_release,
 	.unlocked_ioctl = edu_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
 };
 
 static struct miscdevice edu_misc = {

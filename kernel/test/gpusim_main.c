@@ -253,6 +253,7 @@ static const struct file_operations gs_fops = {
 	.open = gs_open,
 	.release = gs_release,
 	.unlocked_ioctl = gs_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
 	.mmap = gs_mmap,
 };
 

@@ -9,6 +9,8 @@
  *   pdtest rmmod         rmmod with live pins refused, nothing leaked after
  * Every test runs in its own child process; a crash or hang fails only it.
  * The tests live in one file per subject (harness.h lists them).
+ * Built 32-bit (gcc -m32, tests/vm/run's pdtest32), every name starts with
+ * "m32/": the same tests through the compat ioctl path, beside the 64-bit run.
  */
 #define _GNU_SOURCE
 #include <sys/wait.h>
@@ -31,6 +33,9 @@ static int only_prefix(const char *only, const char *name)
 	return n && only[n - 1] == '_' && !strncmp(only, name, n);
 }
 
+/* the ABI the results are for: a 32-bit build goes through compat_ioctl */
+static const char *const abi_tag = sizeof(void *) == 4 ? "m32/" : "";
+
 static int run_one(const char *name, void (*fn)(void), int timeout)
 {
 	int st;
@@ -47,16 +52,16 @@ static int run_one(const char *name, void (*fn)(void), int timeout)
 	}
 	waitpid(pid, &st, 0);
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-		printf("ok - %s\n", name);
+		printf("ok - %s%s\n", abi_tag, name);
 		return 0;
 	}
 	if (WIFEXITED(st) && WEXITSTATUS(st) == SKIP) {
-		printf("skip - %s\n", name);
+		printf("skip - %s%s\n", abi_tag, name);
 		return 0;
 	}
 	if (WIFSIGNALED(st))
-		printf("  %s: killed by signal %d\n", name, WTERMSIG(st));
-	printf("not ok - %s\n", name);
+		printf("  %s%s: killed by signal %d\n", abi_tag, name, WTERMSIG(st));
+	printf("not ok - %s%s\n", abi_tag, name);
 	return 1;
 }
 
