@@ -155,7 +155,7 @@ static long pnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	}
 
 	mutex_lock(&nic->lock);
-	if (nic->gone) {
+	if (nic->gone || READ_ONCE(nic->unbinding)) {
 		mutex_unlock(&nic->lock);
 		return -ENXIO;
 	}
@@ -300,6 +300,12 @@ static void pnic_remove(struct pci_dev *pdev)
 	struct pnic *nic = pci_get_drvdata(pdev);
 
 	misc_deregister(&nic->misc);
+	/*
+	 * A TX call or a ring bootstrap holds nic->lock for as long as the NIC
+	 * takes (with the link down, a TX without timeout: forever). Both poll
+	 * this flag and end with ENXIO; no lock, as the bootstrap holds hw_lock.
+	 */
+	WRITE_ONCE(nic->unbinding, true);
 	/* open files see ENXIO from now on; the attachment goes now */
 	mutex_lock(&nic->lock);
 	if (nic->rx)

@@ -159,6 +159,7 @@ struct pnic {
 	int id;
 	u8 mac[6];
 	bool gone;			/* unbound: ENXIO (under lock) */
+	bool unbinding;			/* remove() waits for lock: end what holds it */
 	struct mutex lock;		/* outer: see the top of this file */
 	struct mutex hw_lock;		/* inner: registers, rings, stats */
 	/* receive: the coherent ring (default) and the attachment */

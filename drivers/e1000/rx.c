@@ -219,6 +219,10 @@ static int pnic_rx_ring_to_mem(struct pnic *nic, struct pnic_rx *r,
 				ret = -ENODEV;
 				break;
 			}
+			if (READ_ONCE(nic->unbinding)) {
+				ret = -ENXIO;
+				break;
+			}
 			ret = pnic_tx_raw(nic, image_dma + k * PNIC_BOOT_CHUNK, len);
 			/* received within microseconds, or never: 20 ms */
 			for (w = 0; !ret && w < 20 && !(READ_ONCE(d->status) &
@@ -236,7 +240,7 @@ static int pnic_rx_ring_to_mem(struct pnic *nic, struct pnic_rx *r,
 	for (k = 0; k < chunks; k++)
 		pnic_wr(nic, E1000_RAH(k + 1), 0);
 	pnic_wr(nic, E1000_RAH0, rah0);
-	if (ret && ret != -ENODEV)
+	if (ret && ret != -ENODEV && ret != -ENXIO)
 		dev_err(&nic->pdev->dev, "ring to pinned memory by loopback: %d\n", ret);
 	return ret;
 }

@@ -82,6 +82,15 @@ static void pnic_tx_desc(struct pnic *nic, dma_addr_t addr, u32 len, u32 cmd)
 	nic->tx_next = (nic->tx_next + 1) % PNIC_TX_RING;
 }
 
+/* may the running TX call go on: -ENXIO unbinding, -ENODEV its pin quiesced */
+static int pnic_tx_may_run(struct pnic *nic)
+{
+	lockdep_assert_held(&nic->hw_lock);
+	if (READ_ONCE(nic->unbinding))
+		return -ENXIO;
+	return nic->tx_stopped ? -ENODEV : 0;
+}
+
 static bool pnic_tx_done(struct pnic *nic, u32 slot)
 {
 	return le32_to_cpu(READ_ONCE(nic->tx_ring[slot].upper)) & E1000_TXD_STAT_DD;
@@ -102,6 +111,12 @@ int pnic_tx_raw(struct pnic *nic, dma_addr_t addr, u32 len)
 			return 0;
 		usleep_range(10, 20);
 	}
+	/*
+	 * The caller frees the staging buffer next: a descriptor the NIC may
+	 * still fetch must not name it
+	 */
+	pnic_tx_stop_hw(nic);
+	pnic_tx_init_hw(nic);
 	return -ETIMEDOUT;
 }
 
@@ -144,7 +159,7 @@ static int pnic_tx_batch(struct pnic *nic, struct peerdma_client *c,
 
 	mutex_lock(&nic->hw_lock);
 	for (i = 0; !ret && i < n; i++) {
-		ret = nic->tx_stopped ? -ENODEV : pnic_tx_frame(nic, c, &f[i], &last[i]);
+		ret = pnic_tx_may_run(nic) ?: pnic_tx_frame(nic, c, &f[i], &last[i]);
 		if (ret) {	/* nothing of this batch goes out */
 			mutex_unlock(&nic->hw_lock);
 			return ret;
@@ -159,7 +174,7 @@ static int pnic_tx_batch(struct pnic *nic, struct peerdma_client *c,
 		mutex_lock(&nic->hw_lock);
 		while (sent < n && pnic_tx_done(nic, last[sent]))
 			sent++;
-		ret = nic->tx_stopped ? -ENODEV : 0;
+		ret = pnic_tx_may_run(nic);
 		mutex_unlock(&nic->hw_lock);
 		if (sent == n || ret)
 			break;

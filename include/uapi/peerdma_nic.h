@@ -47,9 +47,9 @@
  * process), each frame one descriptor (two where it crosses pages that are
  * not contiguous in I/O space), and waits until the NIC reports them sent.
  * The range is mapped for the NIC for that call only: if timeout_ms passes
- * (ETIMEDOUT), a signal comes (EINTR), the call fails or a quiesce comes, the
- * transmitter is stopped and what was still queued is dropped; done says how
- * many went.
+ * (ETIMEDOUT), a signal comes (EINTR), the call fails, a quiesce comes or the
+ * NIC is unbound (ENXIO), the transmitter is stopped and what was still
+ * queued is dropped; done says how many went.
  *
  * Errors: ENOTTY unknown ioctl; EINVAL bad size/flags/pad, buf_size not one
  * the NIC supports, offset/len outside the pin or not buf_size aligned, too

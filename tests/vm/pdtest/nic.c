@@ -14,6 +14,7 @@
  * another test (a stream still queued in QEMU) carry another seed: skipped.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -974,6 +975,243 @@ static void t_nic_rmmod(void)
 	stop_stream();
 }
 
+/* the NIC's PCI address: the device link in the driver's sysfs directory; 0 or -1 */
+static int nic_bdf(const char *drv, char *bdf, size_t len)
+{
+	DIR *d = opendir(drv);
+	struct dirent *de;
+	int r = -1;
+
+	while (d && r && (de = readdir(d)))
+		if (de->d_type == DT_LNK && strchr(de->d_name, ':')) {
+			snprintf(bdf, len, "%s", de->d_name);
+			r = 0;
+		}
+	if (d)
+		closedir(d);
+	return r;
+}
+
+static int sysfs_write(const char *path, const char *v)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), r;
+
+	if (fd < 0)
+		return -1;
+	r = write(fd, v, strlen(v)) == (ssize_t)strlen(v) ? 0 : -1;
+	close(fd);
+	return r;
+}
+
+struct unbind_poll {
+	int nfd;
+	int ret, err;
+};
+
+/* RX_POLL with no timeout on a ring with no buffer posted: waits for the unbind */
+static void *unbind_poller(void *arg)
+{
+	struct unbind_poll *u = arg;
+	struct pdma_nic_cqe q[4];
+	struct pdma_nic_rx_poll p = { .size = sizeof(p), .cqes = (uintptr_t)q, .max = 4,
+		.timeout_ms = -1 };
+
+	u->ret = ioctl(u->nfd, PDMA_NIC_IOC_RX_POLL, &p);
+	u->err = errno;
+	return NULL;
+}
+
+/*
+ * The driver unbound from the NIC (sysfs unbind: what a hot-unplug runs)
+ * while frames arrive into an attachment and a thread waits in RX_POLL: the
+ * wait ends with ENXIO, every call of the still open file says ENXIO, the
+ * pin loses its client, nothing lands in the memory after, and the close
+ * and a bind of the driver again work (on the debug kernel: KASAN over the
+ * file outliving the device's rings).
+ */
+static void t_nic_unbind(void)
+{
+	const char *drv = "/sys/bus/pci/drivers/peerdma_e1000";
+	struct unbind_poll u = { .ret = 0 };
+	struct pdma_nic_info in = { .size = sizeof(in) };
+	struct pdma_nic_stats st = { .size = sizeof(st) };
+	struct pdma_nic_cqe e;
+	struct peerdma_query q;
+	char bdf[256], path[320];
+	pthread_t th;
+	struct nic c;
+	int n = 0;
+
+	if (nic_bdf(drv, bdf, sizeof(bdf))) {
+		FAIL("no PCI device bound to %s", drv);
+		return;
+	}
+	nic_init(&c, GPAGE, 0);
+	EXPECT_OK(nic_attach(&c, 0, 2048, RXLEN));
+	ready(&c);
+	ctl_send(&c, "STREAM %u 256 1000", c.seed);
+	/* 20 frames of the stream, then the buffers stay ours: the ring runs dry */
+	while (n < 20 && !next_data(&c, &e, 5000)) {
+		post(&c, e.buf);
+		n++;
+	}
+	EXPECT_EQ(n, 20);
+	while (!next_cqe(&c, &e, 200))
+		;
+	EXPECT_OK(query(c.fd, c.hrx, &q));
+	EXPECT_EQ(q.clients, 1);
+	u.nfd = c.nfd;
+	EXPECT_OK(pthread_create(&th, NULL, unbind_poller, &u));
+	usleep(100000);
+
+	snprintf(path, sizeof(path), "%s/unbind", drv);
+	EXPECT_OK(sysfs_write(path, bdf));
+	EXPECT_OK(pthread_join(th, NULL));
+	EXPECT_EQ(u.ret, -1);
+	EXPECT_EQ(u.err, ENXIO);
+	EXPECT_EQ(access(NIC_DEV, F_OK), -1);
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_INFO, &in), ENXIO);
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_STATS, &st), ENXIO);
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_DETACH), ENXIO);
+	EXPECT_EQ(next_cqe(&c, &e, 0), -ENXIO);
+	EXPECT_OK(query(c.fd, c.hrx, &q));
+	EXPECT_EQ(q.clients, 0);
+	/* the host still sends: nothing may land now */
+	memset(c.rx, 0, RXLEN);
+	usleep(300000);
+	for (size_t i = 0; i < RXLEN; i++)
+		if (c.rx[i]) {
+			FAIL("byte %zu of the receive memory written after the unbind", i);
+			break;
+		}
+	close(c.nfd);
+	EXPECT_OK(unpin(c.fd, c.hrx));
+	EXPECT_OK(unpin(c.fd, c.htx));
+	close(c.fd);
+	close(c.gfd);
+	wait_clean();
+	if (check_clean("after the unbind"))
+		fails++;
+
+	snprintf(path, sizeof(path), "%s/bind", drv);
+	EXPECT_OK(sysfs_write(path, bdf));
+	EXPECT_OK(access(NIC_DEV, F_OK));
+	stop_stream();	/* the NIC works again */
+}
+
+/*
+ * The unbind while a TX of a million frames with no timeout runs: the call
+ * holds the NIC's lock, and the unbind must not wait until every frame went
+ * (with the link down: forever). The call ends with ENXIO.
+ */
+static void t_nic_unbind_tx(void)
+{
+	const char *drv = "/sys/bus/pci/drivers/peerdma_e1000";
+	const uint32_t n = 1U << 20;
+	char bdf[256], path[320];
+	struct { int ret, err; uint32_t done; } res = { 0, 0, 0 };
+	int st, p[2], q[2];
+	double t0, took;
+	pid_t pid;
+	char ch;
+
+	if (nic_bdf(drv, bdf, sizeof(bdf))) {
+		FAIL("no PCI device bound to %s", drv);
+		return;
+	}
+	if (pipe(p) || pipe(q))
+		return;
+	pid = fork();
+	if (pid == 0) {
+		struct pdma_nic_tx_frame *f = calloc(n, sizeof(*f));
+		struct nic c;
+
+		nic_init(&c, GPAGE, 0);
+		frame_fill(c.tx, host_mac, guest_mac, ET_TX, 0, c.seed + 1, 60);
+		for (uint32_t i = 0; f && i < n; i++)
+			f[i] = (struct pdma_nic_tx_frame){ .offset = 0, .len = 60 };
+		struct pdma_nic_tx t = { .size = sizeof(t), .peerdma_fd = c.fd, .n = n,
+			.handle = c.htx, .frames = (uintptr_t)f, .timeout_ms = -1 };
+
+		if (!f || write(p[1], "g", 1) != 1)
+			_exit(2);
+		res.ret = ioctl(c.nfd, PDMA_NIC_IOC_TX, &t);
+		res.err = errno;
+		res.done = t.done;
+		_exit(write(q[1], &res, sizeof(res)) == sizeof(res) ? 0 : 2);
+	}
+	close(p[1]);
+	close(q[1]);
+	EXPECT_EQ(read(p[0], &ch, 1), 1);
+	close(p[0]);
+	usleep(300000);
+	snprintf(path, sizeof(path), "%s/unbind", drv);
+	t0 = now();
+	EXPECT_OK(sysfs_write(path, bdf));
+	took = now() - t0;
+	EXPECT_EQ(read(q[0], &res, sizeof(res)), (ssize_t)sizeof(res));
+	close(q[0]);
+	waitpid(pid, &st, 0);
+	EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	printf("  unbind 300 ms into the TX: took %.0f ms; the TX returned %d (%s), %u of %u frames sent\n",
+	       took * 1e3, res.ret, res.ret ? strerror(res.err) : "all sent", res.done, n);
+	EXPECT(took < 1.0);
+	EXPECT_EQ(res.ret, -1);
+	EXPECT_EQ(res.err, ENXIO);
+	EXPECT(res.done < n);
+	wait_clean();
+	if (check_clean("after the unbind during TX"))
+		fails++;
+	snprintf(path, sizeof(path), "%s/bind", drv);
+	EXPECT_OK(sysfs_write(path, bdf));
+	EXPECT_OK(access(NIC_DEV, F_OK));
+}
+
+/*
+ * The unbind during a ring-in-memory attach's loopback bootstrap (which
+ * holds the NIC's lock a second or more under QEMU): the attach gives up
+ * within one try with ENXIO, and the unbind does not wait for the bootstrap.
+ */
+static void t_nic_unbind_ring(void)
+{
+	const char *drv = "/sys/bus/pci/drivers/peerdma_e1000";
+	struct ring_attach ra = { 0 };
+	char bdf[256], path[320];
+	double t0, took;
+	pthread_t th;
+	struct nic c;
+
+	if (nic_bdf(drv, bdf, sizeof(bdf))) {
+		FAIL("no PCI device bound to %s", drv);
+		return;
+	}
+	nic_init(&c, GPAGE, 0);
+	ra.c = &c;
+	ra.handle = c.hrx;
+	EXPECT_OK(pthread_create(&th, NULL, ring_attach_thread, &ra));
+	usleep(200000);
+	snprintf(path, sizeof(path), "%s/unbind", drv);
+	t0 = now();
+	EXPECT_OK(sysfs_write(path, bdf));
+	took = now() - t0;
+	pthread_join(th, NULL);
+	printf("  unbind 200 ms into the ring bootstrap: took %.0f ms; the attach returned %d (%s)\n",
+	       took * 1e3, ra.ret, ra.ret ? strerror(ra.err) : "attached");
+	/* an unbind alone: ~20 ms, ~250 on the debug kernel; the bootstrap: >= 800 */
+	EXPECT(took < 0.6);
+	EXPECT_EQ(ra.ret, -1);
+	EXPECT_EQ(ra.err, ENXIO);
+	close(c.nfd);
+	close(c.fd);
+	close(c.gfd);
+	wait_clean();
+	if (check_clean("after the unbind during the ring bootstrap"))
+		fails++;
+	snprintf(path, sizeof(path), "%s/bind", drv);
+	EXPECT_OK(sysfs_write(path, bdf));
+	EXPECT_OK(access(NIC_DEV, F_OK));
+}
+
 /*
  * Free the GPU memory while frames arrive: quiesce stops the receiver,
  * RX_POLL gives what completed before and then ENODEV, and nothing lands in
@@ -1119,6 +1357,9 @@ const struct pd_test pd_nic_tests[] = {
 	{ "nic_perf", t_nic_perf },
 	{ "nic_kill9", t_nic_kill9 },
 	{ "nic_rmmod", t_nic_rmmod },
+	{ "nic_unbind", t_nic_unbind },
+	{ "nic_unbind_tx", t_nic_unbind_tx },
+	{ "nic_unbind_ring", t_nic_unbind_ring },
 	{ "nic_revoke", t_nic_revoke },
 	{ NULL },
 };
