@@ -36,6 +36,8 @@
 #define RXLEN (16 * 2048UL)	/* 16 receive buffers of 2048 bytes */
 #define TXLEN (2 * GPAGE)
 #define QMAX 64
+#define TX_FLOOD (1U << 20)	/* frames of tx_flood() */
+#define NIC_DRV "/sys/bus/pci/drivers/peerdma_e1000"
 
 static const uint8_t guest_mac[6] = { 0x52, 0x54, 0x00, 0x12, 0x34, 0x56 };
 static const uint8_t host_mac[6] = { 0x52, 0x54, 0x00, 0x00, 0x00, 0x02 };
@@ -620,6 +622,33 @@ static void t_nic_contract(void)
 	nic_done(&c);
 }
 
+/*
+ * In a child: a TX of a million 60-byte frames with no timeout (the host
+ * counts them for a seed nobody asks about), after "g" on @go_fd. The
+ * ioctl's result, errno in *err and the frames sent in *done
+ */
+static int tx_flood(int go_fd, int *err, uint32_t *done)
+{
+	const uint32_t n = TX_FLOOD;
+	struct pdma_nic_tx_frame *f = calloc(n, sizeof(*f));
+	struct nic c;
+	int r;
+
+	nic_init(&c, GPAGE, 0);
+	frame_fill(c.tx, host_mac, guest_mac, ET_TX, 0, c.seed + 1, 60);
+	for (uint32_t i = 0; f && i < n; i++)
+		f[i] = (struct pdma_nic_tx_frame){ .offset = 0, .len = 60 };
+	struct pdma_nic_tx t = { .size = sizeof(t), .peerdma_fd = c.fd, .n = n,
+		.handle = c.htx, .frames = (uintptr_t)f, .timeout_ms = -1 };
+
+	if (!f || write(go_fd, "g", 1) != 1)
+		_exit(2);
+	r = ioctl(c.nfd, PDMA_NIC_IOC_TX, &t);
+	*err = errno;
+	*done = t.done;
+	return r;
+}
+
 /* a TX of a million frames with no timeout ends at SIGKILL, not when sent */
 static void t_nic_tx_kill(void)
 {
@@ -632,21 +661,10 @@ static void t_nic_tx_kill(void)
 		return;
 	pid = fork();
 	if (pid == 0) {
-		const uint32_t n = 1U << 20;
-		struct pdma_nic_tx_frame *f = calloc(n, sizeof(*f));
-		struct nic c;
+		int err;
+		uint32_t done;
 
-		nic_init(&c, GPAGE, 0);
-		/* the host counts them for a seed nobody asks about */
-		frame_fill(c.tx, host_mac, guest_mac, ET_TX, 0, c.seed + 1, 60);
-		for (uint32_t i = 0; f && i < n; i++)
-			f[i] = (struct pdma_nic_tx_frame){ .offset = 0, .len = 60 };
-		struct pdma_nic_tx t = { .size = sizeof(t), .peerdma_fd = c.fd, .n = n,
-			.handle = c.htx, .frames = (uintptr_t)f, .timeout_ms = -1 };
-
-		if (!f || write(p[1], "g", 1) != 1)
-			_exit(2);
-		ioctl(c.nfd, PDMA_NIC_IOC_TX, &t);
+		tx_flood(p[1], &err, &done);
 		_exit(3);	/* sent a million frames before the kill came */
 	}
 	close(p[1]);
@@ -976,9 +994,9 @@ static void t_nic_rmmod(void)
 }
 
 /* the NIC's PCI address: the device link in the driver's sysfs directory; 0 or -1 */
-static int nic_bdf(const char *drv, char *bdf, size_t len)
+static int nic_bdf(char *bdf, size_t len)
 {
-	DIR *d = opendir(drv);
+	DIR *d = opendir(NIC_DRV);
 	struct dirent *de;
 	int r = -1;
 
@@ -992,15 +1010,35 @@ static int nic_bdf(const char *drv, char *bdf, size_t len)
 	return r;
 }
 
-static int sysfs_write(const char *path, const char *v)
+/* NIC_DRV's bind or unbind file: @bdf written at once; 0 or -1 */
+static int nic_drv_write(const char *what, const char *bdf)
 {
-	int fd = open(path, O_WRONLY | O_CLOEXEC), r;
+	char path[64];
+	int fd, r;
 
+	snprintf(path, sizeof(path), "%s/%s", NIC_DRV, what);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	r = write(fd, v, strlen(v)) == (ssize_t)strlen(v) ? 0 : -1;
+	r = write(fd, bdf, strlen(bdf)) == (ssize_t)strlen(bdf) ? 0 : -1;
 	close(fd);
 	return r;
+}
+
+/* the driver unbound from the NIC (what a hot-unplug runs): seconds it took */
+static double nic_unbind(const char *bdf)
+{
+	double t0 = now();
+
+	EXPECT_OK(nic_drv_write("unbind", bdf));
+	return now() - t0;
+}
+
+/* bound again: the device node is back */
+static void nic_rebind(const char *bdf)
+{
+	EXPECT_OK(nic_drv_write("bind", bdf));
+	EXPECT_OK(access(NIC_DEV, F_OK));
 }
 
 struct unbind_poll {
@@ -1031,19 +1069,18 @@ static void *unbind_poller(void *arg)
  */
 static void t_nic_unbind(void)
 {
-	const char *drv = "/sys/bus/pci/drivers/peerdma_e1000";
 	struct unbind_poll u = { .ret = 0 };
 	struct pdma_nic_info in = { .size = sizeof(in) };
 	struct pdma_nic_stats st = { .size = sizeof(st) };
 	struct pdma_nic_cqe e;
 	struct peerdma_query q;
-	char bdf[256], path[320];
+	char bdf[256];
 	pthread_t th;
 	struct nic c;
 	int n = 0;
 
-	if (nic_bdf(drv, bdf, sizeof(bdf))) {
-		FAIL("no PCI device bound to %s", drv);
+	if (nic_bdf(bdf, sizeof(bdf))) {
+		FAIL("no PCI device bound to %s", NIC_DRV);
 		return;
 	}
 	nic_init(&c, GPAGE, 0);
@@ -1064,8 +1101,7 @@ static void t_nic_unbind(void)
 	EXPECT_OK(pthread_create(&th, NULL, unbind_poller, &u));
 	usleep(100000);
 
-	snprintf(path, sizeof(path), "%s/unbind", drv);
-	EXPECT_OK(sysfs_write(path, bdf));
+	nic_unbind(bdf);
 	EXPECT_OK(pthread_join(th, NULL));
 	EXPECT_EQ(u.ret, -1);
 	EXPECT_EQ(u.err, ENXIO);
@@ -1092,10 +1128,7 @@ static void t_nic_unbind(void)
 	wait_clean();
 	if (check_clean("after the unbind"))
 		fails++;
-
-	snprintf(path, sizeof(path), "%s/bind", drv);
-	EXPECT_OK(sysfs_write(path, bdf));
-	EXPECT_OK(access(NIC_DEV, F_OK));
+	nic_rebind(bdf);
 	stop_stream();	/* the NIC works again */
 }
 
@@ -1106,38 +1139,22 @@ static void t_nic_unbind(void)
  */
 static void t_nic_unbind_tx(void)
 {
-	const char *drv = "/sys/bus/pci/drivers/peerdma_e1000";
-	const uint32_t n = 1U << 20;
-	char bdf[256], path[320];
 	struct { int ret, err; uint32_t done; } res = { 0, 0, 0 };
 	int st, p[2], q[2];
-	double t0, took;
+	char bdf[256];
+	double took;
 	pid_t pid;
 	char ch;
 
-	if (nic_bdf(drv, bdf, sizeof(bdf))) {
-		FAIL("no PCI device bound to %s", drv);
+	if (nic_bdf(bdf, sizeof(bdf))) {
+		FAIL("no PCI device bound to %s", NIC_DRV);
 		return;
 	}
 	if (pipe(p) || pipe(q))
 		return;
 	pid = fork();
 	if (pid == 0) {
-		struct pdma_nic_tx_frame *f = calloc(n, sizeof(*f));
-		struct nic c;
-
-		nic_init(&c, GPAGE, 0);
-		frame_fill(c.tx, host_mac, guest_mac, ET_TX, 0, c.seed + 1, 60);
-		for (uint32_t i = 0; f && i < n; i++)
-			f[i] = (struct pdma_nic_tx_frame){ .offset = 0, .len = 60 };
-		struct pdma_nic_tx t = { .size = sizeof(t), .peerdma_fd = c.fd, .n = n,
-			.handle = c.htx, .frames = (uintptr_t)f, .timeout_ms = -1 };
-
-		if (!f || write(p[1], "g", 1) != 1)
-			_exit(2);
-		res.ret = ioctl(c.nfd, PDMA_NIC_IOC_TX, &t);
-		res.err = errno;
-		res.done = t.done;
+		res.ret = tx_flood(p[1], &res.err, &res.done);
 		_exit(write(q[1], &res, sizeof(res)) == sizeof(res) ? 0 : 2);
 	}
 	close(p[1]);
@@ -1145,26 +1162,21 @@ static void t_nic_unbind_tx(void)
 	EXPECT_EQ(read(p[0], &ch, 1), 1);
 	close(p[0]);
 	usleep(300000);
-	snprintf(path, sizeof(path), "%s/unbind", drv);
-	t0 = now();
-	EXPECT_OK(sysfs_write(path, bdf));
-	took = now() - t0;
+	took = nic_unbind(bdf);
 	EXPECT_EQ(read(q[0], &res, sizeof(res)), (ssize_t)sizeof(res));
 	close(q[0]);
 	waitpid(pid, &st, 0);
 	EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	printf("  unbind 300 ms into the TX: took %.0f ms; the TX returned %d (%s), %u of %u frames sent\n",
-	       took * 1e3, res.ret, res.ret ? strerror(res.err) : "all sent", res.done, n);
+	       took * 1e3, res.ret, res.ret ? strerror(res.err) : "all sent", res.done, TX_FLOOD);
 	EXPECT(took < 1.0);
 	EXPECT_EQ(res.ret, -1);
 	EXPECT_EQ(res.err, ENXIO);
-	EXPECT(res.done < n);
+	EXPECT(res.done < TX_FLOOD);
 	wait_clean();
 	if (check_clean("after the unbind during TX"))
 		fails++;
-	snprintf(path, sizeof(path), "%s/bind", drv);
-	EXPECT_OK(sysfs_write(path, bdf));
-	EXPECT_OK(access(NIC_DEV, F_OK));
+	nic_rebind(bdf);
 }
 
 /*
@@ -1174,15 +1186,14 @@ static void t_nic_unbind_tx(void)
  */
 static void t_nic_unbind_ring(void)
 {
-	const char *drv = "/sys/bus/pci/drivers/peerdma_e1000";
 	struct ring_attach ra = { 0 };
-	char bdf[256], path[320];
-	double t0, took;
+	char bdf[256];
+	double took;
 	pthread_t th;
 	struct nic c;
 
-	if (nic_bdf(drv, bdf, sizeof(bdf))) {
-		FAIL("no PCI device bound to %s", drv);
+	if (nic_bdf(bdf, sizeof(bdf))) {
+		FAIL("no PCI device bound to %s", NIC_DRV);
 		return;
 	}
 	nic_init(&c, GPAGE, 0);
@@ -1190,10 +1201,7 @@ static void t_nic_unbind_ring(void)
 	ra.handle = c.hrx;
 	EXPECT_OK(pthread_create(&th, NULL, ring_attach_thread, &ra));
 	usleep(200000);
-	snprintf(path, sizeof(path), "%s/unbind", drv);
-	t0 = now();
-	EXPECT_OK(sysfs_write(path, bdf));
-	took = now() - t0;
+	took = nic_unbind(bdf);
 	pthread_join(th, NULL);
 	printf("  unbind 200 ms into the ring bootstrap: took %.0f ms; the attach returned %d (%s)\n",
 	       took * 1e3, ra.ret, ra.ret ? strerror(ra.err) : "attached");
@@ -1207,9 +1215,7 @@ static void t_nic_unbind_ring(void)
 	wait_clean();
 	if (check_clean("after the unbind during the ring bootstrap"))
 		fails++;
-	snprintf(path, sizeof(path), "%s/bind", drv);
-	EXPECT_OK(sysfs_write(path, bdf));
-	EXPECT_OK(access(NIC_DEV, F_OK));
+	nic_rebind(bdf);
 }
 
 /*
