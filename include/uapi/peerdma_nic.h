@@ -160,7 +160,7 @@ struct pdma_nic_stats {
 	__u64 rx_errors;	/* completions with PDMA_NIC_CQE_ERR */
 	__u64 tx_frames;
 	__u64 doorbells;	/* tail register writes (RX and TX) */
-	__u64 irqs;
+	__u64 irqs;		/* 0: this driver polls, it takes no interrupt */
 	__u64 quiesces;		/* quiesce callbacks run */
 	__u64 quiesce_ns;	/* their total time */
 	__u64 reap_ns;		/* driver CPU time in RX_POLL + RX_POST */

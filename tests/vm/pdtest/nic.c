@@ -861,7 +861,7 @@ static void t_nic_perf(void)
 	const uint32_t count = 4096, batch = 128, size = 128;
 	struct pdma_nic_cqe q[QMAX];
 	struct pdma_nic_stats s0, s1;
-	uint32_t bufs[QMAX], got = 0, bad = 0;
+	uint32_t bufs[QMAX], got = 0, bad = 0, posts = 0;
 	struct nic c;
 	double t0, t;
 
@@ -892,12 +892,15 @@ static void t_nic_perf(void)
 			po.bufs = (uintptr_t)bufs;
 			po.n = p.n;
 			EXPECT_OK(ioctl(c.nfd, PDMA_NIC_IOC_RX_POST, &po));
+			posts++;
 		}
 	}
 	t = now() - t0;
 	s1 = nic_stats(c.nfd);
 	EXPECT_EQ(got, count);
 	EXPECT_EQ(bad, 0);
+	/* one RDT write per RX_POST, one TDT write per TX call (a SEND each) */
+	EXPECT_EQ(s1.doorbells - s0.doorbells, posts + count / batch);
 	uint64_t fr = s1.rx_frames - s0.rx_frames;
 
 	if (fr)
