@@ -176,17 +176,6 @@ static void t_faults_provider(void)
 	EXPECT(inject_all(&src, 20) > 0);
 }
 
-static int write_dbg(const char *path, const char *v)
-{
-	int fd = open(path, O_WRONLY), r;
-
-	if (fd < 0)
-		return -1;
-	r = write(fd, v, strlen(v)) < 0 ? -1 : 0;
-	close(fd);
-	return r;
-}
-
 /*
  * Debug kernel only: failslab + fail-nth, every allocation of the scenarios.
  * Runs in pdtest final, after everything but rmmod (see below why).
@@ -199,10 +188,10 @@ void t_faults_alloc(void)
 		exit(SKIP);
 	}
 	/* sleeping allocations too; quiet (a stack per fault would look like a bug) */
-	EXPECT_OK(write_dbg("/sys/kernel/debug/failslab/ignore-gfp-wait", "N"));
-	EXPECT_OK(write_dbg("/sys/kernel/debug/failslab/verbose", "0"));
+	EXPECT_OK(write_file("/sys/kernel/debug/failslab/ignore-gfp-wait", "N"));
+	EXPECT_OK(write_file("/sys/kernel/debug/failslab/verbose", "0"));
 	/* slab only: a failed page allocation warns with a stack dump by design */
-	EXPECT_OK(write_dbg("/sys/kernel/debug/fail_page_alloc/min-order", "11"));
+	EXPECT_OK(write_file("/sys/kernel/debug/fail_page_alloc/min-order", "11"));
 	/*
 	 * A failed allocation inside DMA-API debugging's own cacheline tracking
 	 * turns that debugging off for good ("dma-debug disabled"): this test runs
@@ -214,7 +203,7 @@ void t_faults_alloc(void)
 	task_fd = open("/proc/thread-self/fail-nth", O_RDWR);
 	EXPECT(task_fd >= 0);
 	EXPECT(inject_all(&src, 400) > 0);
-	EXPECT_OK(write_dbg("/sys/kernel/debug/failslab/ignore-gfp-wait", "Y"));
+	EXPECT_OK(write_file("/sys/kernel/debug/failslab/ignore-gfp-wait", "Y"));
 }
 
 const struct pd_test pd_fault_tests[] = {

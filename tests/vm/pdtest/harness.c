@@ -143,18 +143,24 @@ int drop_cap(int cap)
 	return syscall(SYS_capset, &hd, d) ? -1 : 0;
 }
 
+/* @v written to the sysfs or debugfs file @path in one write; 0 or -1 */
+int write_file(const char *path, const char *v)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), r;
+
+	if (fd < 0)
+		return -1;
+	r = write(fd, v, strlen(v)) == (ssize_t)strlen(v) ? 0 : -1;
+	close(fd);
+	return r;
+}
+
 int write_param(const char *mod, const char *p, const char *v)
 {
 	char path[256];
-	int fd, r;
 
 	snprintf(path, sizeof(path), "/sys/module/%s/parameters/%s", mod, p);
-	fd = open(path, O_WRONLY);
-	if (fd < 0)
-		return -1;
-	r = write(fd, v, strlen(v));
-	close(fd);
-	return r < 0 ? -1 : 0;
+	return write_file(path, v);
 }
 
 struct peerdma_pin pin_req(uint32_t kind, uint32_t flags, uint64_t addr, uint64_t len)

@@ -108,6 +108,7 @@ long live_pins(void);
 long orphans(void);		/* free-callback pins released elsewhere, awaiting the GPU free */
 long module_refs(const char *mod);
 int drop_cap(int cap);		/* from the effective set; 0 or -1 */
+int write_file(const char *path, const char *v);
 int write_param(const char *mod, const char *p, const char *v);
 long read_param(const char *mod, const char *p);
 struct peerdma_pin pin_req(uint32_t kind, uint32_t flags, uint64_t addr, uint64_t len);

@@ -996,7 +996,7 @@ static void t_nic_rmmod(void)
 	stop_stream();
 }
 
-/* the NIC's PCI address: the device link in the driver's sysfs directory; 0 or -1 */
+/* the NIC's PCI address: the device link in the driver's sysfs directory; 0 or -1 (failed) */
 static int nic_bdf(char *bdf, size_t len)
 {
 	DIR *d = opendir(NIC_DRV);
@@ -1010,21 +1010,8 @@ static int nic_bdf(char *bdf, size_t len)
 		}
 	if (d)
 		closedir(d);
-	return r;
-}
-
-/* NIC_DRV's bind or unbind file: @bdf written at once; 0 or -1 */
-static int nic_drv_write(const char *what, const char *bdf)
-{
-	char path[64];
-	int fd, r;
-
-	snprintf(path, sizeof(path), "%s/%s", NIC_DRV, what);
-	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	r = write(fd, bdf, strlen(bdf)) == (ssize_t)strlen(bdf) ? 0 : -1;
-	close(fd);
+	if (r)
+		FAIL("no PCI device bound to %s", NIC_DRV);
 	return r;
 }
 
@@ -1033,14 +1020,14 @@ static double nic_unbind(const char *bdf)
 {
 	double t0 = now();
 
-	EXPECT_OK(nic_drv_write("unbind", bdf));
+	EXPECT_OK(write_file(NIC_DRV "/unbind", bdf));
 	return now() - t0;
 }
 
 /* bound again: the device node is back */
 static void nic_rebind(const char *bdf)
 {
-	EXPECT_OK(nic_drv_write("bind", bdf));
+	EXPECT_OK(write_file(NIC_DRV "/bind", bdf));
 	EXPECT_OK(access(NIC_DEV, F_OK));
 }
 
@@ -1082,10 +1069,8 @@ static void t_nic_unbind(void)
 	struct nic c;
 	int n = 0;
 
-	if (nic_bdf(bdf, sizeof(bdf))) {
-		FAIL("no PCI device bound to %s", NIC_DRV);
+	if (nic_bdf(bdf, sizeof(bdf)))
 		return;
-	}
 	nic_init(&c, GPAGE, 0);
 	EXPECT_OK(nic_attach(&c, 0, 2048, RXLEN));
 	ready(&c);
@@ -1149,10 +1134,8 @@ static void t_nic_unbind_tx(void)
 	pid_t pid;
 	char ch;
 
-	if (nic_bdf(bdf, sizeof(bdf))) {
-		FAIL("no PCI device bound to %s", NIC_DRV);
+	if (nic_bdf(bdf, sizeof(bdf)))
 		return;
-	}
 	if (pipe(p) || pipe(q))
 		return;
 	pid = fork();
@@ -1195,10 +1178,8 @@ static void t_nic_unbind_ring(void)
 	pthread_t th;
 	struct nic c;
 
-	if (nic_bdf(bdf, sizeof(bdf))) {
-		FAIL("no PCI device bound to %s", NIC_DRV);
+	if (nic_bdf(bdf, sizeof(bdf)))
 		return;
-	}
 	nic_init(&c, GPAGE, 0);
 	ra.c = &c;
 	ra.handle = c.hrx;
