@@ -132,6 +132,7 @@ static long pnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	} u;
 	u32 size = _IOC_SIZE(cmd);
 	bool out = _IOC_DIR(cmd) & _IOC_READ;
+	bool owns_tx;
 	int ret;
 
 	switch (cmd) {
@@ -154,10 +155,25 @@ static long pnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return -ENOTTY;
 	}
 
-	mutex_lock(&nic->lock);
+	/*
+	 * TX and a ring-in-memory attach (its bootstrap transmits) own the
+	 * transmit ring: tx_lock. TX takes no other lock, so a long TX holds
+	 * neither the receive side nor STATS of any file (full duplex).
+	 */
+	owns_tx = cmd == PDMA_NIC_IOC_TX ||
+		  (cmd == PDMA_NIC_IOC_RX_ATTACH && (u.at.flags & PDMA_NIC_RX_RING_IN_MEM));
+	if (cmd == PDMA_NIC_IOC_TX)
+		u.tx.done = 0;
+	if (owns_tx && mutex_lock_interruptible(&nic->tx_lock)) {
+		ret = -EINTR;
+		goto out;
+	}
+	if (cmd != PDMA_NIC_IOC_TX)
+		mutex_lock(&nic->lock);
+	/* gone changes under every lock: stable under either */
 	if (nic->gone || READ_ONCE(nic->unbinding)) {
-		mutex_unlock(&nic->lock);
-		return -ENXIO;
+		ret = -ENXIO;
+		goto unlock;
 	}
 	switch (cmd) {
 	case PDMA_NIC_IOC_INFO:
@@ -187,7 +203,12 @@ static long pnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		ret = pnic_stats(nic, &u.st);
 		break;
 	}
-	mutex_unlock(&nic->lock);
+unlock:
+	if (cmd != PDMA_NIC_IOC_TX)
+		mutex_unlock(&nic->lock);
+	if (owns_tx)
+		mutex_unlock(&nic->tx_lock);
+out:
 	/* TX reports the frames sent even when it timed out */
 	if ((!ret || cmd == PDMA_NIC_IOC_TX) && out && copy_to_user(uarg, &u, size)) {
 		/* an attachment the caller was not told of would stay EBUSY */
@@ -252,6 +273,7 @@ static int pnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (!nic)
 		return -ENOMEM;
 	kref_init(&nic->ref);
+	mutex_init(&nic->tx_lock);
 	mutex_init(&nic->lock);
 	mutex_init(&nic->hw_lock);
 	nic->pdev = pdev;
@@ -301,12 +323,13 @@ static void pnic_remove(struct pci_dev *pdev)
 
 	misc_deregister(&nic->misc);
 	/*
-	 * A TX call or a ring bootstrap holds nic->lock for as long as the NIC
+	 * A TX call or a ring bootstrap holds tx_lock for as long as the NIC
 	 * takes (with the link down, a TX without timeout: forever). Both poll
 	 * this flag and end with ENXIO; no lock, as the bootstrap holds hw_lock.
 	 */
 	WRITE_ONCE(nic->unbinding, true);
 	/* open files see ENXIO from now on; the attachment goes now */
+	mutex_lock(&nic->tx_lock);
 	mutex_lock(&nic->lock);
 	if (nic->rx)
 		pnic_rx_detach(nic, nic->rx->owner);
@@ -316,6 +339,7 @@ static void pnic_remove(struct pci_dev *pdev)
 	nic->gone = true;
 	mutex_unlock(&nic->hw_lock);
 	mutex_unlock(&nic->lock);
+	mutex_unlock(&nic->tx_lock);
 	ida_free(&pnic_ida, nic->id);
 	pnic_put(nic);
 }

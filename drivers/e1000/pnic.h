@@ -6,13 +6,20 @@
  * (receive ring in pinned memory, quiesce) and tx.c (transmit from pinned
  * memory).
  *
- * Locking: pnic->lock (outer) serialises the ioctls that own or use the
- * rings and every peerdma_client_get()/put(); pnic->hw_lock (inner) guards
- * the registers and ring state and is the only lock the quiesce callbacks
- * take. peerdma calls quiesce with its own pin lock held, and get()/put()
- * take that pin lock: so get()/put() are never called under hw_lock, and
- * nothing under hw_lock allocates memory (reclaim may run an MMU notifier,
- * which may quiesce us).
+ * Locking, outermost first:
+ * - pnic->tx_lock: the transmit ring, tx_next and tx_stopped belong to its
+ *   holder: one TX call, or a ring-in-memory attach (its bootstrap
+ *   transmits). A TX call takes no other lock but hw_lock, so however long
+ *   it waits for the wire, the receive side and STATS of every file go on.
+ * - pnic->lock: the receive attachment; serialises the ioctls that own or
+ *   use it (all but TX).
+ * - pnic->hw_lock: the registers, ring state and stats; the only lock the
+ *   quiesce callbacks take.
+ * peerdma calls quiesce with its own pin lock held, and
+ * peerdma_client_get()/put() take that pin lock: so get()/put() are never
+ * called under hw_lock, and nothing under hw_lock allocates memory (reclaim
+ * may run an MMU notifier, which may quiesce us). remove() takes all three,
+ * so gone is stable under any one of them.
  */
 #ifndef PNIC_H
 #define PNIC_H
@@ -158,15 +165,16 @@ struct pnic {
 	char name[24];
 	int id;
 	u8 mac[6];
-	bool gone;			/* unbound: ENXIO (under lock) */
-	bool unbinding;			/* remove() waits for lock: end what holds it */
-	struct mutex lock;		/* outer: see the top of this file */
+	bool gone;			/* unbound: ENXIO (set under all three locks) */
+	bool unbinding;			/* remove() waits for the locks: end what holds them */
+	struct mutex tx_lock;		/* outermost: see the top of this file */
+	struct mutex lock;		/* the receive attachment */
 	struct mutex hw_lock;		/* inner: registers, rings, stats */
 	/* receive: the coherent ring (default) and the attachment */
 	struct e1000_rx_desc *rx_ring;
 	dma_addr_t rx_ring_dma;
 	struct pnic_rx *rx;		/* under both locks to change */
-	/* transmit: ring in coherent memory, used by one TX call at a time */
+	/* transmit: ring in coherent memory, owned by tx_lock's holder */
 	struct e1000_tx_desc *tx_ring;
 	dma_addr_t tx_ring_dma;
 	u32 tx_next;			/* TDT */

@@ -23,6 +23,7 @@
 #include <linux/dma-mapping.h>
 #include <linux/ktime.h>
 #include <linux/mii.h>
+#include <linux/pagemap.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -456,16 +457,34 @@ static struct pnic_rx *pnic_rx_of(struct pnic *nic, struct file *owner, bool rin
 }
 
 /*
- * Deliver completions a failed copy left in r->batch, oldest first: 0 or
- * -EFAULT (they stay pending); *done grows by what was delivered.
+ * User memory is never touched with a fault allowed under nic->lock: a page
+ * that faults slowly (userfaultfd, FUSE) would hold every other file's call
+ * and an unbind for as long. The copy runs with faults disabled; when it
+ * fails, the caller's state is consistent, and this drops the lock, faults
+ * the range in and takes the lock again: -EAGAIN (look again: the
+ * attachment may have gone meanwhile) or -EFAULT (not mapped).
  */
-static int pnic_rx_deliver_pending(struct pnic_rx *r, struct pdma_nic_cqe __user *uc,
-				   u32 max, u32 *done)
+static int pnic_fault_in(struct pnic *nic, void __user *uaddr, size_t len, bool write)
+{
+	size_t left;
+
+	mutex_unlock(&nic->lock);
+	left = write ? fault_in_writeable(uaddr, len) : fault_in_readable(uaddr, len);
+	mutex_lock(&nic->lock);
+	return left ? -EFAULT : -EAGAIN;
+}
+
+/*
+ * Deliver reaped completions (r->batch), oldest first: 0, -EAGAIN or -EFAULT
+ * (see pnic_fault_in; they stay pending); *done grows by what was delivered.
+ */
+static int pnic_rx_deliver(struct pnic *nic, struct pnic_rx *r, struct pdma_nic_cqe __user *uc,
+			   u32 max, u32 *done)
 {
 	u32 n = min(r->npending, max - *done);
 
-	if (copy_to_user(uc + *done, r->batch, n * sizeof(*uc)))
-		return -EFAULT;
+	if (copy_to_user_nofault(uc + *done, r->batch, n * sizeof(*uc)))
+		return pnic_fault_in(nic, uc + *done, n * sizeof(*uc), true);
 	r->npending -= n;
 	memmove(r->batch, r->batch + n, r->npending * sizeof(*r->batch));
 	*done += n;
@@ -474,17 +493,18 @@ static int pnic_rx_deliver_pending(struct pnic_rx *r, struct pdma_nic_cqe __user
 
 /*
  * Completions in arrival order; waits up to timeout_ms for the first,
- * dropping nic->lock while it sleeps (a detach or close may come meanwhile).
- * A completion is never lost to a bad cqes pointer: what could not be copied
- * is delivered first by the next RX_POLL.
+ * dropping nic->lock while it sleeps or faults the cqes array in (a detach or
+ * close may come meanwhile). A completion is never lost to a bad cqes
+ * pointer: what could not be copied is delivered first by the next RX_POLL.
  */
 int pnic_rx_poll(struct pnic *nic, struct file *owner, struct pdma_nic_rx_poll *p)
 {
 	struct pdma_nic_cqe __user *uc = u64_to_user_ptr(p->cqes);
 	unsigned long deadline = jiffies + msecs_to_jiffies(max(p->timeout_ms, 0));
+	bool stopped = false, drained = false;
 	struct pnic_rx *r;
-	bool stopped;
 	u32 n, done = 0;
+	int ret = 0;
 	u64 t0;
 
 	lockdep_assert_held(&nic->lock);
@@ -494,28 +514,27 @@ int pnic_rx_poll(struct pnic *nic, struct file *owner, struct pdma_nic_rx_poll *
 		r = pnic_rx_of(nic, owner, false);
 		if (!r)
 			return nic->gone ? -ENXIO : -EINVAL;
+		if (!r->npending) {
+			t0 = ktime_get_ns();
+			mutex_lock(&nic->hw_lock);
+			n = min_t(u32, p->max - done, PNIC_POLL_BATCH);
+			r->npending = pnic_rx_reap(nic, r, n);
+			stopped = r->stopped;
+			nic->stats.reap_ns += ktime_get_ns() - t0;
+			mutex_unlock(&nic->hw_lock);
+			drained = r->npending < PNIC_POLL_BATCH;
+		}
 		if (r->npending) {
-			if (pnic_rx_deliver_pending(r, uc, p->max, &done))
-				break;
-			if (done == p->max)
+			/* reaped: theirs once delivered */
+			ret = pnic_rx_deliver(nic, r, uc, p->max, &done);
+			if (ret == -EAGAIN)
+				continue;
+			if (ret || done == p->max || drained)
 				break;
 			continue;
 		}
-		t0 = ktime_get_ns();
-		mutex_lock(&nic->hw_lock);
-		n = pnic_rx_reap(nic, r, min_t(u32, p->max - done, PNIC_POLL_BATCH));
-		stopped = r->stopped;
-		nic->stats.reap_ns += ktime_get_ns() - t0;
-		mutex_unlock(&nic->hw_lock);
-		if (n && copy_to_user(uc + done, r->batch, n * sizeof(*uc))) {
-			r->npending = n;	/* reaped: theirs once delivered */
+		if (done)
 			break;
-		}
-		done += n;
-		if (done == p->max || (done && n < PNIC_POLL_BATCH))
-			break;
-		if (n)
-			continue;
 		if (stopped)
 			return -ENODEV;
 		if (!p->timeout_ms || (p->timeout_ms > 0 && time_after(jiffies, deadline)))
@@ -529,8 +548,8 @@ int pnic_rx_poll(struct pnic *nic, struct file *owner, struct pdma_nic_rx_poll *
 			return -ENXIO;
 	}
 	/* a copy failed: what was delivered before it counts, else EFAULT */
-	if (r->npending && !done)
-		return -EFAULT;
+	if (ret && !done)
+		return ret;
 	p->n = done;
 	return 0;
 }
@@ -547,24 +566,31 @@ static u32 *pnic_rx_staged(struct pnic_rx *r, u32 k)
  * fifo past its end (room: a staged buffer was the user's, so it is in
  * neither the fifo nor the ring), and the call commits them at once. Only
  * RX_POLL and RX_POST, both under nic->lock, touch the fifo and the states.
+ * Indices that cannot be read without a fault: nothing staged stays, the
+ * lock goes while they are faulted in, and the call starts over.
  */
 int pnic_rx_post(struct pnic *nic, struct file *owner, struct pdma_nic_rx_post *p)
 {
-	const u32 __user *ub = u64_to_user_ptr(p->bufs);
-	struct pnic_rx *r = pnic_rx_of(nic, owner, false);
-	u32 done = 0, staged = 0, n, i, b;
-	int ret = 0;
+	u32 __user *ub = u64_to_user_ptr(p->bufs);
+	u32 done, staged, n, i, b;
+	struct pnic_rx *r;
+	int ret;
 	u64 t0;
 
 	lockdep_assert_held(&nic->lock);
+again:
+	r = pnic_rx_of(nic, owner, false);
 	if (!r)
-		return -EINVAL;
+		return nic->gone ? -ENXIO : -EINVAL;
 	if (p->flags || p->pad || p->n > r->nbufs)
 		return -EINVAL;
+	done = 0;
+	staged = 0;
+	ret = 0;
 	while (!ret && done < p->n) {
 		n = min_t(u32, p->n - done, PNIC_POLL_BATCH);
-		if (copy_from_user(r->post_idx, ub + done, n * sizeof(*ub))) {
-			ret = -EFAULT;
+		if (copy_from_user_nofault(r->post_idx, ub + done, n * sizeof(*ub))) {
+			ret = -EAGAIN;
 			break;
 		}
 		mutex_lock(&nic->hw_lock);
@@ -595,6 +621,11 @@ int pnic_rx_post(struct pnic *nic, struct file *owner, struct pdma_nic_rx_post *
 	}
 	nic->stats.reap_ns += ktime_get_ns() - t0;
 	mutex_unlock(&nic->hw_lock);
+	if (ret == -EAGAIN) {
+		ret = pnic_fault_in(nic, ub, p->n * sizeof(*ub), false);
+		if (ret == -EAGAIN)
+			goto again;
+	}
 	return ret;
 }
 

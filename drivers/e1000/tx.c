@@ -102,6 +102,7 @@ int pnic_tx_raw(struct pnic *nic, dma_addr_t addr, u32 len)
 	u32 slot = nic->tx_next;
 	int i;
 
+	lockdep_assert_held(&nic->tx_lock);
 	lockdep_assert_held(&nic->hw_lock);
 	pnic_tx_desc(nic, addr, len, E1000_TXD_CMD_EOP | E1000_TXD_CMD_RS);
 	wmb();	/* the descriptor in memory before the NIC may fetch it */
@@ -182,7 +183,7 @@ static int pnic_tx_batch(struct pnic *nic, struct peerdma_client *c,
 			ret = -ETIMEDOUT;
 			break;
 		}
-		/* nic->lock is held: a kill must not wait for the whole call */
+		/* tx_lock is held: a kill must not wait for the whole call */
 		if (signal_pending(current)) {
 			ret = -EINTR;
 			break;
@@ -202,7 +203,7 @@ int pnic_tx(struct pnic *nic, struct pdma_nic_tx *t)
 	u32 n, at = 0;
 	int ret;
 
-	lockdep_assert_held(&nic->lock);
+	lockdep_assert_held(&nic->tx_lock);
 	t->done = 0;
 	if (t->flags || !t->n)
 		return -EINVAL;

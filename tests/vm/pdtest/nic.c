@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <linux/capability.h>
+#include <linux/userfaultfd.h>
 
 #include <uapi/peerdma_nic.h>
 #include "harness.h"
@@ -522,6 +524,182 @@ static void t_nic_user_faults(void)
 	nic_done(&c);
 }
 
+struct uffd_stall {
+	int uffd;
+	uint8_t *page;		/* registered: its first touch faults */
+	const void *fill;	/* what the page holds once the fault is resolved */
+	int faulted;		/* atomic: the fault came */
+	int resolved;
+};
+
+/*
+ * A fresh anonymous page whose first touch, kernel copies included, waits
+ * on userfaultfd until uffd_resolve() fills it: 0, or -1 where the kernel
+ * has no userfaultfd (the test is skipped).
+ */
+static int uffd_page(struct uffd_stall *u, const void *fill)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
+
+	memset(u, 0, sizeof(*u));
+	u->fill = fill;
+	/* poll() on a blocking userfaultfd says POLLERR at once */
+	u->uffd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (u->uffd < 0) {
+		printf("  userfaultfd: %s\n", strerror(errno));
+		return -1;
+	}
+	/* not map_anon(): it fills the page */
+	u->page = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	EXPECT(u->page != MAP_FAILED);
+	reg.range.start = (uintptr_t)u->page;
+	reg.range.len = PAGE;
+	EXPECT_OK(ioctl(u->uffd, UFFDIO_API, &api));
+	EXPECT_OK(ioctl(u->uffd, UFFDIO_REGISTER, &reg));
+	return 0;
+}
+
+/* in a thread: wait for the page's fault, leave it unresolved 1 s, then fill the page */
+static void *uffd_resolve(void *arg)
+{
+	struct uffd_stall *u = arg;
+	struct pollfd pfd = { .fd = u->uffd, .events = POLLIN };
+	struct uffdio_copy cp = { .dst = (uintptr_t)u->page, .src = (uintptr_t)u->fill,
+		.len = PAGE };
+	struct uffd_msg msg;
+
+	if (poll(&pfd, 1, 5000) == 1 && read(u->uffd, &msg, sizeof(msg)) == sizeof(msg) &&
+	    msg.event == UFFD_EVENT_PAGEFAULT) {
+		__atomic_store_n(&u->faulted, 1, __ATOMIC_SEQ_CST);
+		usleep(1000000);
+	}
+	u->resolved = !ioctl(u->uffd, UFFDIO_COPY, &cp);
+	return NULL;
+}
+
+/* seconds another file's STATS takes once the page's fault came (-1: none came) */
+static double stats_during_fault(struct uffd_stall *u, int nfd)
+{
+	double t;
+
+	for (t = now(); !__atomic_load_n(&u->faulted, __ATOMIC_SEQ_CST); usleep(1000))
+		if (now() - t > 5)
+			return -1;
+	t = now();
+	nic_stats(nfd);
+	return now() - t;
+}
+
+struct stall_call {
+	int nfd;
+	unsigned long cmd;
+	void *arg;
+	int ret, err;
+};
+
+static void *stall_call(void *arg)
+{
+	struct stall_call *s = arg;
+
+	s->ret = ioctl(s->nfd, s->cmd, s->arg);
+	s->err = errno;
+	return NULL;
+}
+
+/*
+ * ioctl @cmd of @nfd in a thread, its user array in @u's page, whose fault
+ * waits 1 s: the call must succeed once the page is there. The seconds
+ * another file's STATS (@other) took meanwhile; -1: the fault never came.
+ */
+static double stalled_call(struct uffd_stall *u, int nfd, unsigned long cmd, void *arg, int other)
+{
+	struct stall_call sc = { .nfd = nfd, .cmd = cmd, .arg = arg };
+	pthread_t th, res;
+	double took;
+
+	EXPECT_OK(pthread_create(&res, NULL, uffd_resolve, u));
+	EXPECT_OK(pthread_create(&th, NULL, stall_call, &sc));
+	took = stats_during_fault(u, other);
+	pthread_join(th, NULL);
+	pthread_join(res, NULL);
+	EXPECT(u->resolved);
+	if (sc.ret)
+		FAIL("the call with its array in the slow page: %s", strerror(sc.err));
+	return took;
+}
+
+static void uffd_release(struct uffd_stall *u)
+{
+	munmap(u->page, PAGE);
+	close(u->uffd);
+}
+
+/*
+ * RX_POLL's cqes and RX_POST's indices in a page that faults slowly (a
+ * userfaultfd page left unresolved for 1 s, as a FUSE mapping would): the
+ * driver never waits on that fault with the NIC's lock held, so another
+ * file's STATS returns at once; each call completes once the page is there,
+ * and no completion or buffer is lost.
+ */
+static void t_nic_user_stall(void)
+{
+	struct pdma_nic_rx_poll p = { .size = sizeof(p), .max = 64, .timeout_ms = 3000 };
+	struct pdma_nic_rx_post po = { .size = sizeof(po), .n = 4 };
+	double poll_stats, post_stats;
+	uint32_t *fill = calloc(1, PAGE);
+	struct pdma_nic_cqe *q, e;
+	struct uffd_stall u;
+	uint32_t seq = 0;
+	struct nic c;
+	int other;
+
+	nic_init(&c, GPAGE, 0);
+	if (!fill || uffd_page(&u, fill))
+		exit(SKIP);
+	EXPECT_OK(nic_attach(&c, PDMA_NIC_RX_STRIP_CRC, 2048, RXLEN));
+	ready(&c);
+	other = nic_open();
+
+	/* RX_POLL: four frames reaped, their completions copied into the page */
+	ctl_send(&c, "SEND 0 4 128 %u", c.seed);
+	usleep(300000);
+	p.cqes = (uintptr_t)u.page;
+	poll_stats = stalled_call(&u, c.nfd, PDMA_NIC_IOC_RX_POLL, &p, other);
+	q = (struct pdma_nic_cqe *)u.page;
+	for (uint32_t i = 0; i < p.n; i++) {
+		const uint8_t *f = buf_of(&c, q[i].buf);
+
+		if ((f[12] << 8 | f[13]) == ET_DATA && be32(f + 18) == c.seed &&
+		    !check_data(&c, &q[i], seq, 128))
+			seq++;
+		post(&c, q[i].buf);
+	}
+	EXPECT_EQ(seq, 4);	/* all four delivered through the slow page */
+	uffd_release(&u);
+
+	/* RX_POST: four buffers of ours, their indices in the page */
+	ctl_send(&c, "SEND 4 4 128 %u", c.seed);
+	for (seq = 0; seq < 4 && !next_data(&c, &e, 3000); seq++)
+		fill[seq] = e.buf;
+	EXPECT_EQ(seq, 4);
+	if (uffd_page(&u, fill))
+		exit(1);
+	po.bufs = (uintptr_t)u.page;
+	post_stats = stalled_call(&u, c.nfd, PDMA_NIC_IOC_RX_POST, &po, other);
+	/* the four went back to the NIC: a second post of them is refused */
+	EXPECT_ERR(ioctl(c.nfd, PDMA_NIC_IOC_RX_POST, &po), EINVAL);
+
+	printf("  another file's STATS while the user page's fault waited 1 s: %.2f ms"
+	       " (RX_POLL), %.2f ms (RX_POST)\n", poll_stats * 1e3, post_stats * 1e3);
+	EXPECT(poll_stats >= 0 && poll_stats < 0.3);
+	EXPECT(post_stats >= 0 && post_stats < 0.3);
+	uffd_release(&u);
+	close(other);
+	free(fill);
+	nic_done(&c);
+}
+
 static void on_alarm(int sig)
 {
 	(void)sig;
@@ -681,6 +859,69 @@ static void t_nic_tx_kill(void)
 	wait_clean();
 	if (check_clean("after the killed TX"))
 		fails++;
+}
+
+/*
+ * Full duplex: one file receives while another runs a TX of a million
+ * frames with no timeout (seconds). The receive side and STATS must not wait
+ * for that call: twelve frames that landed before the TX began are polled,
+ * checked and posted back, and every RX_POLL, RX_POST and STATS of it has
+ * returned while the TX still runs. (Latencies are printed, not bounded:
+ * under TCG an MMIO access waits for QEMU's global lock, which the TX's
+ * doorbells keep busy; and the host helper, flooded, sends little meanwhile.)
+ */
+static void t_nic_duplex(void)
+{
+	double t0, t, poll_worst = 0, stats_worst = 0;
+	struct pdma_nic_cqe e;
+	uint32_t got = 0;
+	int st, p[2];
+	struct nic c;
+	pid_t pid;
+	char ch;
+
+	nic_init(&c, GPAGE, 0);
+	EXPECT_OK(nic_attach(&c, 0, 2048, RXLEN));
+	ready(&c);
+	ctl_send(&c, "SEND 0 12 256 %u", c.seed);
+	usleep(300000);		/* they land in the ring */
+	if (pipe(p))
+		return;
+	pid = fork();
+	if (pid == 0) {
+		int err;
+		uint32_t done;
+
+		close(p[0]);
+		tx_flood(p[1], &err, &done);
+		_exit(0);
+	}
+	close(p[1]);
+	EXPECT_EQ(read(p[0], &ch, 1), 1);
+	close(p[0]);
+	usleep(100000);		/* the TX call runs */
+	for (t0 = now(); got < 12 && now() - t0 < 1;) {
+		t = now();
+		if (!next_data(&c, &e, 100)) {
+			check_data(&c, &e, got++, 256);
+			post(&c, e.buf);
+		}
+		t = now() - t;
+		poll_worst = t > poll_worst ? t : poll_worst;
+		t = now();
+		nic_stats(c.nfd);
+		t = now() - t;
+		stats_worst = t > stats_worst ? t : stats_worst;
+	}
+	/* every call above returned before the TX ended */
+	EXPECT_EQ(waitpid(pid, &st, WNOHANG), 0);
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	printf("  during a TX of %u frames on another file: %u of 12 frames received in %.0f ms;"
+	       " longest RX_POLL+RX_POST %.1f ms, longest STATS %.2f ms\n",
+	       TX_FLOOD, got, (now() - t0) * 1e3, poll_worst * 1e3, stats_worst * 1e3);
+	EXPECT_EQ(got, 12);
+	nic_done(&c);
 }
 
 /* the descriptor ring in GPU memory, polled through the gpusim mmap */
@@ -1342,7 +1583,9 @@ const struct pd_test pd_nic_tests[] = {
 	{ "nic_ring_revoke", t_nic_ring_revoke },
 	{ "nic_tx", t_nic_tx },
 	{ "nic_user_faults", t_nic_user_faults },
+	{ "nic_user_stall", t_nic_user_stall },
 	{ "nic_tx_kill", t_nic_tx_kill },
+	{ "nic_duplex", t_nic_duplex },
 	{ "nic_contract", t_nic_contract },
 	{ "nic_perf", t_nic_perf },
 	{ "nic_kill9", t_nic_kill9 },
