@@ -155,22 +155,17 @@ static long pnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return -ENOTTY;
 	}
 
-	/*
-	 * TX and a ring-in-memory attach (its bootstrap transmits) own the
-	 * transmit ring: tx_lock. TX takes no other lock, so a long TX holds
-	 * neither the receive side nor STATS of any file (full duplex).
-	 */
-	owns_tx = cmd == PDMA_NIC_IOC_TX ||
-		  (cmd == PDMA_NIC_IOC_RX_ATTACH && (u.at.flags & PDMA_NIC_RX_RING_IN_MEM));
-	if (cmd == PDMA_NIC_IOC_TX)
-		u.tx.done = 0;
-	if (owns_tx && mutex_lock_interruptible(&nic->tx_lock)) {
-		ret = -EINTR;
+	if (cmd == PDMA_NIC_IOC_TX) {
+		/* owns the transmit ring (tx_lock) itself, and takes no other lock */
+		ret = pnic_tx(nic, &u.tx);
 		goto out;
 	}
-	if (cmd != PDMA_NIC_IOC_TX)
-		mutex_lock(&nic->lock);
-	/* gone changes under every lock: stable under either */
+	/* a ring-in-memory attach's bootstrap transmits: it owns the ring too */
+	owns_tx = cmd == PDMA_NIC_IOC_RX_ATTACH && (u.at.flags & PDMA_NIC_RX_RING_IN_MEM);
+	if (owns_tx && mutex_lock_interruptible(&nic->tx_lock))
+		return -EINTR;
+	mutex_lock(&nic->lock);
+	/* remove() sets gone under every lock */
 	if (nic->gone || READ_ONCE(nic->unbinding)) {
 		ret = -ENXIO;
 		goto unlock;
@@ -196,16 +191,12 @@ static long pnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		ret = nic->rx && nic->rx->owner == file ? 0 : -EINVAL;
 		pnic_rx_detach(nic, file);
 		break;
-	case PDMA_NIC_IOC_TX:
-		ret = pnic_tx(nic, &u.tx);
-		break;
 	default:
 		ret = pnic_stats(nic, &u.st);
 		break;
 	}
 unlock:
-	if (cmd != PDMA_NIC_IOC_TX)
-		mutex_unlock(&nic->lock);
+	mutex_unlock(&nic->lock);
 	if (owns_tx)
 		mutex_unlock(&nic->tx_lock);
 out:

@@ -10,7 +10,8 @@
  * - pnic->tx_lock: the transmit ring, tx_next and tx_stopped belong to its
  *   holder: one TX call, or a ring-in-memory attach (its bootstrap
  *   transmits). A TX call takes no other lock but hw_lock, so however long
- *   it waits for the wire, the receive side and STATS of every file go on.
+ *   it waits for the wire, the receive side and STATS of every file go on;
+ *   it gives the ring up while its frame list faults in (tx.c).
  * - pnic->lock: the receive attachment; serialises the ioctls that own or
  *   use it (all but TX).
  * - pnic->hw_lock: the registers, ring state and stats; the only lock the

@@ -462,7 +462,8 @@ static struct pnic_rx *pnic_rx_of(struct pnic *nic, struct file *owner, bool rin
  * and an unbind for as long. The copy runs with faults disabled; when it
  * fails, the caller's state is consistent, and this drops the lock, faults
  * the range in and takes the lock again: -EAGAIN (look again: the
- * attachment may have gone meanwhile) or -EFAULT (not mapped).
+ * attachment may have gone meanwhile), -EINTR (a signal ended the wait) or
+ * -EFAULT (not mapped).
  */
 static int pnic_fault_in(struct pnic *nic, void __user *uaddr, size_t len, bool write)
 {
@@ -471,7 +472,9 @@ static int pnic_fault_in(struct pnic *nic, void __user *uaddr, size_t len, bool 
 	mutex_unlock(&nic->lock);
 	left = write ? fault_in_writeable(uaddr, len) : fault_in_readable(uaddr, len);
 	mutex_lock(&nic->lock);
-	return left ? -EFAULT : -EAGAIN;
+	if (!left)
+		return -EAGAIN;
+	return signal_pending(current) ? -EINTR : -EFAULT;
 }
 
 /*

@@ -12,6 +12,7 @@
 #include <linux/delay.h>
 #include <linux/ktime.h>
 #include <linux/overflow.h>
+#include <linux/pagemap.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -158,6 +159,7 @@ static int pnic_tx_batch(struct pnic *nic, struct peerdma_client *c,
 	u32 last[PNIC_TX_BATCH], i, sent = 0;
 	int ret = 0;
 
+	lockdep_assert_held(&nic->tx_lock);
 	mutex_lock(&nic->hw_lock);
 	for (i = 0; !ret && i < n; i++) {
 		ret = pnic_tx_may_run(nic) ?: pnic_tx_frame(nic, c, &f[i], &last[i]);
@@ -194,16 +196,72 @@ static int pnic_tx_batch(struct pnic *nic, struct peerdma_client *c,
 	return ret;
 }
 
+/*
+ * Own the transmit ring and map the call's pin for the NIC: 0, or -EINTR,
+ * -ENXIO (unbound), peerdma_client_get()'s error with the ring not owned
+ */
+static int pnic_tx_begin(struct pnic *nic, struct pdma_nic_tx *t, struct peerdma_client **c)
+{
+	int ret;
+
+	if (mutex_lock_interruptible(&nic->tx_lock))
+		return -EINTR;
+	/* remove() sets gone under tx_lock too */
+	if (nic->gone || READ_ONCE(nic->unbinding)) {
+		ret = -ENXIO;
+		goto unlock;
+	}
+	/*
+	 * Before the client exists: a quiesce of this call's pin can come as
+	 * soon as peerdma_client_get() has put it on the pin, and the
+	 * tx_stopped it sets must stay set. (Earlier clients are put: their
+	 * quiesce no longer comes.)
+	 */
+	mutex_lock(&nic->hw_lock);
+	if (nic->tx_stopped)	/* an earlier call's pin was quiesced */
+		pnic_tx_init_hw(nic);
+	nic->tx_stopped = false;
+	mutex_unlock(&nic->hw_lock);
+	ret = peerdma_client_get(t->peerdma_fd, t->handle, &nic->pdev->dev,
+				 PEERDMA_CLIENT_SPLIT_4K, &pnic_tx_ops, nic, c);
+	if (!ret)
+		return 0;
+unlock:
+	mutex_unlock(&nic->tx_lock);
+	return ret;
+}
+
+/* unmap the pin and give the ring up; on an error, nothing stays queued */
+static void pnic_tx_end(struct pnic *nic, struct peerdma_client *c, u32 sent, int ret)
+{
+	mutex_lock(&nic->hw_lock);
+	nic->stats.tx_frames += sent;
+	if (ret) {	/* nothing may stay queued once the mapping goes */
+		pnic_tx_stop_hw(nic);
+		pnic_tx_init_hw(nic);
+	}
+	mutex_unlock(&nic->hw_lock);
+	peerdma_client_put(c);
+	mutex_unlock(&nic->tx_lock);
+}
+
+/*
+ * The frame list is read with page faults disabled: a page that faults
+ * slowly (userfaultfd, FUSE) must not hold the ring, and with it other TX
+ * calls, a ring-in-memory attach and an unbind. When a read fails, the call
+ * is between batches, nothing is queued: it gives the ring and its mapping
+ * up while the batch is faulted in, and begins again.
+ */
 int pnic_tx(struct pnic *nic, struct pdma_nic_tx *t)
 {
 	const struct pdma_nic_tx_frame __user *uf = u64_to_user_ptr(t->frames);
 	unsigned long deadline = jiffies + msecs_to_jiffies(max(t->timeout_ms, 0));
 	struct pdma_nic_tx_frame *f;
 	struct peerdma_client *c;
-	u32 n, at = 0;
+	u32 n, at = 0, counted = 0;
+	size_t len;
 	int ret;
 
-	lockdep_assert_held(&nic->tx_lock);
 	t->done = 0;
 	if (t->flags || !t->n)
 		return -EINVAL;
@@ -212,44 +270,32 @@ int pnic_tx(struct pnic *nic, struct pdma_nic_tx *t)
 	f = kmalloc_array(PNIC_TX_BATCH, sizeof(*f), GFP_KERNEL);
 	if (!f)
 		return -ENOMEM;
-	/*
-	 * Before the client exists: a quiesce of this call's pin can come as
-	 * soon as peerdma_client_get() has put it on the pin, and the
-	 * tx_stopped it sets must stay set. (Earlier calls' clients are put:
-	 * their quiesce no longer comes.)
-	 */
-	mutex_lock(&nic->hw_lock);
-	if (nic->tx_stopped)	/* an earlier call's pin was quiesced */
-		pnic_tx_init_hw(nic);
-	nic->tx_stopped = false;
-	mutex_unlock(&nic->hw_lock);
-	ret = peerdma_client_get(t->peerdma_fd, t->handle, &nic->pdev->dev,
-				 PEERDMA_CLIENT_SPLIT_4K, &pnic_tx_ops, nic, &c);
-	if (ret) {
-		kfree(f);
-		return ret;
-	}
+	ret = pnic_tx_begin(nic, t, &c);
+	if (ret)
+		goto out;
 	while (!ret && at < t->n) {
 		n = min_t(u32, t->n - at, PNIC_TX_BATCH);
+		len = n * sizeof(*f);
 		if (signal_pending(current)) {
 			ret = -EINTR;
 			break;
 		}
-		if (copy_from_user(f, uf + at, n * sizeof(*f))) {
-			ret = -EFAULT;
-			break;
+		if (copy_from_user_nofault(f, uf + at, len)) {
+			pnic_tx_end(nic, c, t->done - counted, 0);
+			counted = t->done;
+			if (!fault_in_readable((const char __user *)(uf + at), len))
+				ret = pnic_tx_begin(nic, t, &c);
+			else
+				ret = signal_pending(current) ? -EINTR : -EFAULT;
+			if (ret)	/* the ring is not ours */
+				goto out;
+			continue;
 		}
 		ret = pnic_tx_batch(nic, c, f, n, deadline, &t->done);
 		at += n;
 	}
-	mutex_lock(&nic->hw_lock);
-	nic->stats.tx_frames += t->done;
-	if (ret) {	/* nothing may stay queued once the mapping goes */
-		pnic_tx_stop_hw(nic);
-		pnic_tx_init_hw(nic);
-	}
-	mutex_unlock(&nic->hw_lock);
-	peerdma_client_put(c);
+	pnic_tx_end(nic, c, t->done - counted, ret);
+out:
 	kfree(f);
 	return ret;
 }

@@ -51,8 +51,8 @@
  * NIC is unbound (ENXIO), the transmitter is stopped and what was still
  * queued is dropped; done says how many went. TX calls are served one at a
  * time, but a TX never holds the receive side: RX_POLL, RX_POST and STATS of
- * any file go on while it runs. A page of cqes or bufs that faults slowly
- * holds only its own RX_POLL or RX_POST, never another file's call.
+ * any file go on while it runs. A page of cqes, bufs or frames that faults
+ * slowly holds only its own call, never another file's.
  *
  * Errors: ENOTTY unknown ioctl; EINVAL bad size/flags/pad, buf_size not one
  * the NIC supports, offset/len outside the pin or not buf_size aligned, too
