@@ -340,7 +340,8 @@ static int pnic_rx_start(struct pnic *nic, struct pnic_rx *r, struct e1000_rx_de
 		return ret;
 	pnic_rx_stop_hw(nic);
 	if (r->flags & PDMA_NIC_RX_RING_IN_MEM) {
-		if (nic->tx_stopped) {	/* the bootstrap transmits */
+		lockdep_assert_held(&nic->tx_lock);	/* the bootstrap transmits */
+		if (nic->tx_stopped) {
 			pnic_tx_init_hw(nic);
 			nic->tx_stopped = false;
 		}

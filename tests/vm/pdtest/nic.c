@@ -1409,7 +1409,7 @@ static void t_nic_unbind(void)
 
 /*
  * The unbind while a TX of a million frames with no timeout runs: the call
- * holds the NIC's lock, and the unbind must not wait until every frame went
+ * owns the transmit ring, and the unbind must not wait until every frame went
  * (with the link down: forever). The call ends with ENXIO.
  */
 static void t_nic_unbind_tx(void)
@@ -1454,7 +1454,7 @@ static void t_nic_unbind_tx(void)
 
 /*
  * The unbind during a ring-in-memory attach's loopback bootstrap (which
- * holds the NIC's lock a second or more under QEMU): the attach gives up
+ * holds the NIC's locks a second or more under QEMU): the attach gives up
  * within one try with ENXIO, and the unbind does not wait for the bootstrap.
  */
 static void t_nic_unbind_ring(void)
