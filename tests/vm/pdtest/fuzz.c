@@ -247,8 +247,8 @@ int do_fuzz(int seconds, uint64_t seed)
 		close(nfd);
 	close(gfd);
 	wait_clean();
-	printf("  fuzz: %ld calls (%ld of the NIC driver), %ld succeeded\n", calls, nic_calls,
-	       okc);
+	printf("  %sfuzz: %ld calls (%ld of the NIC driver), %ld succeeded\n", ABI_TAG, calls,
+	       nic_calls, okc);
 	if (check_clean("after fuzz"))
 		fails++;
 	return fails;

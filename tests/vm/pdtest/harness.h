@@ -21,6 +21,8 @@
 #define PAGE 4096UL
 #define GPAGE 65536UL
 #define SKIP 77		/* exit status of a skipped test */
+/* results of a 32-bit build (gcc -m32: the compat ioctl path) are named m32/... */
+#define ABI_TAG (sizeof(void *) == 4 ? "m32/" : "")
 
 extern int fails;		/* EXPECT failures of the running test */
 extern unsigned int cfg_seed;	/* of the DMA pattern (HOSTCHECK) */

@@ -33,9 +33,6 @@ static int only_prefix(const char *only, const char *name)
 	return n && only[n - 1] == '_' && !strncmp(only, name, n);
 }
 
-/* the ABI the results are for: a 32-bit build goes through compat_ioctl */
-static const char *const abi_tag = sizeof(void *) == 4 ? "m32/" : "";
-
 static int run_one(const char *name, void (*fn)(void), int timeout)
 {
 	int st;
@@ -52,16 +49,16 @@ static int run_one(const char *name, void (*fn)(void), int timeout)
 	}
 	waitpid(pid, &st, 0);
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-		printf("ok - %s%s\n", abi_tag, name);
+		printf("ok - %s%s\n", ABI_TAG, name);
 		return 0;
 	}
 	if (WIFEXITED(st) && WEXITSTATUS(st) == SKIP) {
-		printf("skip - %s%s\n", abi_tag, name);
+		printf("skip - %s%s\n", ABI_TAG, name);
 		return 0;
 	}
 	if (WIFSIGNALED(st))
-		printf("  %s%s: killed by signal %d\n", abi_tag, name, WTERMSIG(st));
-	printf("not ok - %s%s\n", abi_tag, name);
+		printf("  %s%s: killed by signal %d\n", ABI_TAG, name, WTERMSIG(st));
+	printf("not ok - %s%s\n", ABI_TAG, name);
 	return 1;
 }
 
@@ -97,9 +94,9 @@ int main(int argc, char **argv)
 		if (!seed)
 			seed = 88172645463325252ULL ^ (uint64_t)time(NULL) * 2654435761ULL ^
 			       (uint64_t)now() << 20;
-		printf("  fuzz seed %llu\n", (unsigned long long)seed);
+		printf("  %sfuzz seed %llu\n", ABI_TAG, (unsigned long long)seed);
 		bad = do_fuzz(atoi(argv[2]), seed);
-		printf("%s - fuzz\n", bad ? "not ok" : "ok");
+		printf("%s - %sfuzz\n", bad ? "not ok" : "ok", ABI_TAG);
 		return bad;
 	}
 	if (argc >= 2 && !strcmp(argv[1], "nicctl"))
