@@ -622,11 +622,11 @@ static void *stall_call(void *arg)
 
 /*
  * ioctl @cmd of @c->nfd in a thread, its user array in @u's page, whose
- * fault waits 1 s: the call must succeed once the page is there. Returns
- * what another file's (@other) calls took meanwhile.
+ * fault waits 1 s: the call must succeed once the page is there, and
+ * another file's (@other) calls must not wait meanwhile.
  */
-static struct probe stalled_call(struct uffd_stall *u, struct nic *c, unsigned long cmd,
-				 void *arg, int other)
+static void stalled_call(struct uffd_stall *u, struct nic *c, unsigned long cmd, void *arg,
+			 int other)
 {
 	struct stall_call sc = { .nfd = c->nfd, .cmd = cmd, .arg = arg };
 	struct probe pr;
@@ -645,7 +645,6 @@ static struct probe stalled_call(struct uffd_stall *u, struct nic *c, unsigned l
 	       cmd == PDMA_NIC_IOC_RX_POST ? "RX_POST" : "TX", pr.stats * 1e3, pr.tx * 1e3);
 	EXPECT(pr.stats >= 0 && pr.stats < 0.3);
 	EXPECT(pr.tx >= 0 && pr.tx < 0.3);
-	return pr;
 }
 
 static void uffd_release(struct uffd_stall *u)
