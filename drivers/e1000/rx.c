@@ -531,9 +531,9 @@ int pnic_rx_poll(struct pnic *nic, struct file *owner, struct pdma_nic_rx_poll *
 		if (r->npending) {
 			/* reaped: theirs once delivered */
 			ret = pnic_rx_deliver(nic, r, uc, p->max, &done);
-			if (ret == -EAGAIN)
-				continue;
-			if (ret || done == p->max || drained)
+			if (ret == -EAGAIN)	/* the lock went: look again */
+				ret = 0;
+			else if (ret || done == p->max || drained)
 				break;
 			continue;
 		}
