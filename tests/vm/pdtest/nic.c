@@ -828,58 +828,70 @@ static void t_nic_contract(void)
 	nic_done(&c);
 }
 
+/* what tx_flood()'s TX call returned: ioctl's result, errno, frames sent */
+struct flood_result {
+	int ret, err;
+	uint32_t done;
+};
+
 /*
- * In a child: a TX of a million 60-byte frames with no timeout (the host
- * counts them for a seed nobody asks about), after "g" on @go_fd. The
- * ioctl's result, errno in *err and the frames sent in *done
+ * A child process that runs a TX of a million 60-byte frames with no
+ * timeout (the host counts them for a seed nobody asks about). Returns its
+ * pid once the call is about to start; *res_fd gets its struct
+ * flood_result once the call returned.
  */
-static int tx_flood(int go_fd, int *err, uint32_t *done)
+static pid_t tx_flood(int *res_fd)
 {
-	const uint32_t n = TX_FLOOD;
-	struct pdma_nic_tx_frame *f = calloc(n, sizeof(*f));
-	struct nic c;
-	int r;
+	int p[2], q[2];
+	pid_t pid;
+	char ch;
 
-	nic_init(&c, GPAGE, 0);
-	frame_fill(c.tx, host_mac, guest_mac, ET_TX, 0, c.seed + 1, 60);
-	for (uint32_t i = 0; f && i < n; i++)
-		f[i] = (struct pdma_nic_tx_frame){ .offset = 0, .len = 60 };
-	struct pdma_nic_tx t = { .size = sizeof(t), .peerdma_fd = c.fd, .n = n,
-		.handle = c.htx, .frames = (uintptr_t)f, .timeout_ms = -1 };
+	if (pipe(p) || pipe(q)) {
+		FAIL("pipe: %s", strerror(errno));
+		exit(1);
+	}
+	pid = fork();
+	if (pid == 0) {
+		const uint32_t n = TX_FLOOD;
+		struct pdma_nic_tx_frame *f = calloc(n, sizeof(*f));
+		struct flood_result res;
+		struct nic c;
 
-	if (!f || write(go_fd, "g", 1) != 1)
-		_exit(2);
-	r = ioctl(c.nfd, PDMA_NIC_IOC_TX, &t);
-	*err = errno;
-	*done = t.done;
-	return r;
+		nic_init(&c, GPAGE, 0);
+		frame_fill(c.tx, host_mac, guest_mac, ET_TX, 0, c.seed + 1, 60);
+		for (uint32_t i = 0; f && i < n; i++)
+			f[i] = (struct pdma_nic_tx_frame){ .offset = 0, .len = 60 };
+		struct pdma_nic_tx t = { .size = sizeof(t), .peerdma_fd = c.fd, .n = n,
+			.handle = c.htx, .frames = (uintptr_t)f, .timeout_ms = -1 };
+
+		if (!f || write(p[1], "g", 1) != 1)
+			_exit(2);
+		res.ret = ioctl(c.nfd, PDMA_NIC_IOC_TX, &t);
+		res.err = errno;
+		res.done = t.done;
+		_exit(write(q[1], &res, sizeof(res)) == sizeof(res) ? 0 : 2);
+	}
+	close(p[1]);
+	close(q[1]);
+	EXPECT_EQ(read(p[0], &ch, 1), 1);
+	close(p[0]);
+	*res_fd = q[0];
+	return pid;
 }
 
 /* a TX of a million frames with no timeout ends at SIGKILL, not when sent */
 static void t_nic_tx_kill(void)
 {
-	int st, p[2];
+	int st, res_fd;
+	pid_t pid = tx_flood(&res_fd);
 	double t0;
-	pid_t pid;
-	char ch;
 
-	if (pipe(p))
-		return;
-	pid = fork();
-	if (pid == 0) {
-		int err;
-		uint32_t done;
-
-		tx_flood(p[1], &err, &done);
-		_exit(3);	/* sent a million frames before the kill came */
-	}
-	close(p[1]);
-	EXPECT_EQ(read(p[0], &ch, 1), 1);
-	close(p[0]);
 	usleep(300000);
 	t0 = now();
 	kill(pid, SIGKILL);
 	waitpid(pid, &st, 0);
+	close(res_fd);
+	/* not an exit: it had sent a million frames before the kill came */
 	EXPECT(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 	printf("  TX call killed after 300 ms: the process was gone %.0f ms after the kill\n",
 	       (now() - t0) * 1e3);
@@ -911,11 +923,10 @@ static void t_nic_duplex(void)
 	double t0, post_worst = 0, poll_worst = 0, stats_worst = 0;
 	struct pdma_nic_cqe e;
 	uint32_t bufs[12], n = 0, i;
-	int st, p[2], q[2];
+	int st, res_fd;
 	struct pollfd pf;
 	struct nic c;
 	pid_t pid;
-	char ch;
 
 	nic_init(&c, GPAGE, 0);
 	EXPECT_OK(nic_attach(&c, 0, 2048, RXLEN));
@@ -926,21 +937,7 @@ static void t_nic_duplex(void)
 		bufs[n] = e.buf;	/* kept: posted back during the TX */
 	}
 	EXPECT_EQ(n, 12);
-	if (pipe(p) || pipe(q))
-		return;
-	pid = fork();
-	if (pid == 0) {
-		int err;
-		uint32_t done;
-
-		close(p[0]);
-		tx_flood(p[1], &err, &done);
-		_exit(write(q[1], "d", 1) == 1 ? 0 : 2);	/* the TX returned */
-	}
-	close(p[1]);
-	close(q[1]);
-	EXPECT_EQ(read(p[0], &ch, 1), 1);
-	close(p[0]);
+	pid = tx_flood(&res_fd);
 	usleep(100000);		/* the TX call runs */
 	t0 = now();
 	for (i = 0; i < n; i++) {
@@ -958,11 +955,11 @@ static void t_nic_duplex(void)
 	}
 	t0 = now() - t0;
 	/* every call above returned before the TX did */
-	pf = (struct pollfd){ .fd = q[0], .events = POLLIN };
+	pf = (struct pollfd){ .fd = res_fd, .events = POLLIN };
 	EXPECT_EQ(poll(&pf, 1, 0), 0);
-	close(q[0]);
 	kill(pid, SIGKILL);
 	waitpid(pid, &st, 0);
+	close(res_fd);
 	printf("  during a TX of %u frames on another file: %u RX_POST, RX_POLL and STATS each"
 	       " in %.0f ms; longest %.1f, %.1f and %.2f ms\n", TX_FLOOD, n, t0 * 1e3,
 	       post_worst * 1e3, poll_worst * 1e3, stats_worst * 1e3);
@@ -1413,30 +1410,19 @@ static void t_nic_unbind(void)
  */
 static void t_nic_unbind_tx(void)
 {
-	struct { int ret, err; uint32_t done; } res = { 0, 0, 0 };
-	int st, p[2], q[2];
+	struct flood_result res = { 0, 0, 0 };
 	char bdf[256];
+	int st, res_fd;
 	double took;
 	pid_t pid;
-	char ch;
 
 	if (nic_bdf(bdf, sizeof(bdf)))
 		return;
-	if (pipe(p) || pipe(q))
-		return;
-	pid = fork();
-	if (pid == 0) {
-		res.ret = tx_flood(p[1], &res.err, &res.done);
-		_exit(write(q[1], &res, sizeof(res)) == sizeof(res) ? 0 : 2);
-	}
-	close(p[1]);
-	close(q[1]);
-	EXPECT_EQ(read(p[0], &ch, 1), 1);
-	close(p[0]);
+	pid = tx_flood(&res_fd);
 	usleep(300000);
 	took = nic_unbind(bdf);
-	EXPECT_EQ(read(q[0], &res, sizeof(res)), (ssize_t)sizeof(res));
-	close(q[0]);
+	EXPECT_EQ(read(res_fd, &res, sizeof(res)), (ssize_t)sizeof(res));
+	close(res_fd);
 	waitpid(pid, &st, 0);
 	EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	printf("  unbind 300 ms into the TX: took %.0f ms; the TX returned %d (%s), %u of %u frames sent\n",
