@@ -88,7 +88,11 @@ static void pdma_nv_free_callback(void *data)
 		pdma_pin_put(pin);
 	}
 	pdma_pin_put(pin);
-	/* last: the driver returns into our text only for the ret */
+	/*
+	 * Last, so that it compiles to a tail call: module_put returns to the
+	 * driver, and no instruction of ours runs once the module may go
+	 * (tests/kernel/dkms checks the jmp).
+	 */
 	if (armed)
 		module_put(THIS_MODULE);
 }
