@@ -74,10 +74,13 @@ struct pdma_fwd_stats {
 	uint64_t blocks_in;       /* taken from the session */
 	uint64_t sent_blocks, sent_bytes;
 	uint64_t dropped_blocks, dropped_packets; /* every consumer's, summed */
-	uint64_t staged_blocks, staged_bytes;
+	uint64_t staged_blocks, staged_bytes; /* staging copies: one a block, however many
+				   * consumers it goes to (a consumer sent it later finds
+				   * the copy unless stage_buffers newer ones took its buffer) */
 	uint64_t eager_blocks;    /* sent as eager AMs (eager_max) */
-	uint64_t stage_drops;     /* blocks not sent: no staging buffer free (or the copy
-				   * failed); counted as no_credit for their consumers */
+	uint64_t stage_drops;     /* sends not made: no staging buffer free (or the copy
+				   * failed); one for each consumer the block was for, each
+				   * counted in its no_credit_blocks */
 	double stage_seconds;     /* in the staging copies (pdma_block_read: the D2H copy) */
 	double stage_wait_seconds; /* before them, waiting for each block's event (the
 				   * copies that produced it still running on the GPU) */

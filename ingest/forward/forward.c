@@ -42,7 +42,10 @@ struct fwd_consumer {
 	/* blocks waiting for its credit, oldest first (each holds a reference):
 	 * a consumer that stalls for a moment loses nothing until PDMA_FWD_QUEUE
 	 * blocks wait, and the others never wait for it */
-	struct pdma_block *q[PDMA_FWD_QUEUE];
+	struct fwd_qent {
+		struct pdma_block *b;
+		uint64_t no;      /* the forwarder's number for it (its staged copy) */
+	} q[PDMA_FWD_QUEUE];
 	uint32_t qhead, qlen;
 	uint32_t nstreams, streams[PDMA_FWD_MAX_SUBS];
 	struct pdma_fwd_consumer_stats st;
@@ -405,20 +408,20 @@ static void drop_for(struct fwd_consumer *c, const struct pdma_block *b, bool go
 		c->no_credit_since = now;
 }
 
-static struct pdma_block *q_pop(struct fwd_consumer *c)
+static struct fwd_qent q_pop(struct fwd_consumer *c)
 {
-	struct pdma_block *b = c->q[c->qhead];
+	struct fwd_qent e = c->q[c->qhead];
 
 	c->qhead = (c->qhead + 1) % PDMA_FWD_QUEUE;
 	c->qlen--;
-	return b;
+	return e;
 }
 
 /* The oldest block queued for c, dropped: counted as its own. Lock held
  * (f->lock before the blocks layer's: nothing takes them the other way). */
 static void q_drop_oldest(struct fwd_consumer *c, bool gone, double now)
 {
-	struct pdma_block *b = q_pop(c);
+	struct pdma_block *b = q_pop(c).b;
 
 	drop_for(c, b, gone, now);
 	pdma_block_release(b);
@@ -436,9 +439,10 @@ static void q_drop_all(struct fwd_consumer *c, bool gone, double now)
 static void route(struct pdma_fwd *f, struct pdma_block *b)
 {
 	const double now = pdma_ucx_now();
+	uint64_t no;
 
 	pthread_mutex_lock(&f->lock);
-	f->st.blocks_in++;
+	no = ++f->st.blocks_in;
 	for (uint32_t i = 0; i < f->nc; i++) {
 		struct fwd_consumer *c = &f->c[i];
 
@@ -451,7 +455,7 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 		if (c->qlen == PDMA_FWD_QUEUE)
 			q_drop_oldest(c, false, now);
 		pdma_block_retain(b);
-		c->q[(c->qhead + c->qlen++) % PDMA_FWD_QUEUE] = b;
+		c->q[(c->qhead + c->qlen++) % PDMA_FWD_QUEUE] = (struct fwd_qent){ b, no };
 		/* the stall timer runs while blocks wait for credit (not before
 		 * its first grant: it may still be subscribing) */
 		if (!c->credits && c->granted && !c->no_credit_since)
@@ -461,54 +465,51 @@ static void route(struct pdma_fwd *f, struct pdma_block *b)
 	pdma_block_release(b);
 }
 
-/* Block b of c's queue to c (lock held; released around the send). A GPU
- * block is staged once for every consumer it goes to in one flush: *sb holds
- * the copy of *sb_of, with a reference of the flush's own so that a send
- * completing at once cannot free it under the next one. */
-static void send_block(struct pdma_fwd *f, struct fwd_consumer *c, struct pdma_block *b,
-		       struct pdma_stage_buf **sb, const struct pdma_block **sb_of)
+/* Block e of c's queue to c (lock held; released around the send). A GPU
+ * block is copied to a staging buffer once, for every consumer it goes to:
+ * a consumer sent it later (it was out of credit) finds the copy still
+ * there (stage.h). */
+static void send_block(struct pdma_fwd *f, struct fwd_consumer *c, struct fwd_qent e)
 {
+	struct pdma_block *b = e.b;
 	const size_t bytes = (size_t)b->npackets * b->samples_per_packet * b->bytes_per_sample;
 	const bool stage = f->a.stage || (b->mem != PDMA_BLOCK_HOST && f->stage_gpu);
 	const size_t hlen = pdma_fwd_block_hdr_len(b->npackets);
 	const uint32_t flags = bytes <= f->a.eager_max ? UCP_AM_SEND_FLAG_EAGER : 0;
 	const void *data = b->data;
 	ucp_mem_h memh = f->pool_memh;
+	struct pdma_stage_buf *sb = NULL;
 	struct fwd_send *s;
 
 	if (stage) {
-		if (*sb_of != b) {
-			if (*sb)
-				pdma_fwd_stage_put(&f->stage, *sb);
-			*sb = pdma_fwd_stage_copy(&f->stage, b, &f->st.stage_wait_seconds,
-						  &f->st.stage_seconds);
-			*sb_of = b;
-			if (*sb) {
-				f->st.staged_blocks++;
-				f->st.staged_bytes += bytes;
-			}
-		}
-		if (!*sb) {
+		bool copied;
+
+		sb = pdma_fwd_stage_get(&f->stage, b, e.no, &copied, &f->st.stage_wait_seconds,
+					&f->st.stage_seconds);
+		if (!sb) {
 			f->st.stage_drops++;
 			drop_for(c, b, false, pdma_ucx_now());
 			return;
 		}
-		data = (*sb)->p;
+		if (copied) {
+			f->st.staged_blocks++;
+			f->st.staged_bytes += bytes;
+		}
+		data = sb->p;
 		memh = f->stage.memh;
 	}
 	s = malloc(sizeof(*s) + hlen);
 	if (!s) {
+		if (sb)
+			pdma_fwd_stage_put(&f->stage, sb);
 		drop_for(c, b, false, pdma_ucx_now());
 		return;
 	}
 	s->f = f;
 	s->ep = c->ep;
 	s->b = NULL;
-	s->sb = NULL;
-	if (stage) {
-		s->sb = *sb;
-		(*sb)->refs++;
-	} else {
+	s->sb = sb; /* staged: the reference pdma_fwd_stage_get gave */
+	if (!stage) {
 		pdma_block_retain(b);
 		s->b = b;
 	}
@@ -530,8 +531,6 @@ static void send_block(struct pdma_fwd *f, struct fwd_consumer *c, struct pdma_b
  * in turn. */
 static void flush(struct pdma_fwd *f)
 {
-	struct pdma_stage_buf *sb = NULL;
-	const struct pdma_block *sb_of = NULL;
 	bool more = true;
 
 	pthread_mutex_lock(&f->lock);
@@ -539,18 +538,16 @@ static void flush(struct pdma_fwd *f)
 		more = false;
 		for (uint32_t i = 0; i < f->nc; i++) {
 			struct fwd_consumer *c = &f->c[i];
-			struct pdma_block *b;
+			struct fwd_qent e;
 
 			if (c->state != C_LIVE || !c->credits || !c->qlen)
 				continue;
-			b = q_pop(c);
-			send_block(f, c, b, &sb, &sb_of);
-			pdma_block_release(b);
+			e = q_pop(c);
+			send_block(f, c, e);
+			pdma_block_release(e.b);
 			more = true;
 		}
 	}
-	if (sb)
-		pdma_fwd_stage_put(&f->stage, sb);
 	pthread_mutex_unlock(&f->lock);
 }
 

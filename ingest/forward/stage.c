@@ -41,15 +41,41 @@ static void stage_pin(struct pdma_fwd_stage *s, int device)
 	snprintf(s->pin, sizeof(s->pin), "pinned by cuMemHostRegister");
 }
 
+/* the free list: taken from the head (the oldest copy), put back at the tail */
+static void free_unlink(struct pdma_fwd_stage *s, struct pdma_stage_buf *b)
+{
+	*(b->prev ? &b->prev->next : &s->free_head) = b->next;
+	*(b->next ? &b->next->prev : &s->free_tail) = b->prev;
+	b->prev = b->next = NULL;
+}
+
+/* at the tail (the newest copy), or at the head: taken next */
+static void free_push(struct pdma_fwd_stage *s, struct pdma_stage_buf *b, bool next)
+{
+	if (next) {
+		b->prev = NULL;
+		b->next = s->free_head;
+		*(s->free_head ? &s->free_head->prev : &s->free_tail) = b;
+		s->free_head = b;
+	} else {
+		b->next = NULL;
+		b->prev = s->free_tail;
+		*(s->free_tail ? &s->free_tail->next : &s->free_head) = b;
+		s->free_tail = b;
+	}
+}
+
 int pdma_fwd_stage_open(struct pdma_fwd_stage *s, struct pdma_ucx *u, const struct pdma_blocks *bl,
 			uint32_t n, char *msg, size_t msglen)
 {
 	memset(s, 0, sizeof(*s));
 	s->buf_bytes = bl->buf_bytes;
+	s->n = n;
 	s->len = (n * bl->buf_bytes + 4095) / 4096 * 4096;
 	s->mem = aligned_alloc(4096, s->len);
 	s->all = calloc(n, sizeof(*s->all));
-	if (!s->mem || !s->all ||
+	s->by_no = calloc(n, sizeof(*s->by_no));
+	if (!s->mem || !s->all || !s->by_no ||
 	    pdma_ucx_map(u, s->mem, n * bl->buf_bytes, UCS_MEMORY_TYPE_HOST, &s->memh)) {
 		if (msg)
 			snprintf(msg, msglen, "staging buffers: %u of %zu bytes", n, bl->buf_bytes);
@@ -58,8 +84,7 @@ int pdma_fwd_stage_open(struct pdma_fwd_stage *s, struct pdma_ucx *u, const stru
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		s->all[i].p = (uint8_t *)s->mem + (size_t)i * bl->buf_bytes;
-		s->all[i].next = s->free;
-		s->free = &s->all[i];
+		free_push(s, &s->all[i], false);
 	}
 	if (bl->mem.kind != PDMA_BLOCK_HOST)
 		stage_pin(s, bl->mem.device);
@@ -68,33 +93,49 @@ int pdma_fwd_stage_open(struct pdma_fwd_stage *s, struct pdma_ucx *u, const stru
 	return 0;
 }
 
-struct pdma_stage_buf *pdma_fwd_stage_copy(struct pdma_fwd_stage *s, const struct pdma_block *b,
-					   double *wait_s, double *copy_s)
+struct pdma_stage_buf *pdma_fwd_stage_get(struct pdma_fwd_stage *s, const struct pdma_block *b,
+					  uint64_t no, bool *copied, double *wait_s, double *copy_s)
 {
-	struct pdma_stage_buf *n = s->free;
+	struct pdma_stage_buf *n = s->by_no[no % s->n];
+	double t0, t1;
+	int e;
+
+	*copied = false;
+	if (n && n->valid && n->of == no) {
+		if (!n->refs++)
+			free_unlink(s, n);
+		return n;
+	}
+	n = s->free_head;
+	if (!n)
+		return NULL;
+	free_unlink(s, n);
+	n->valid = false;
 	/* the copy is the staging cost; the wait before it is for the
 	 * block's own production (its event) */
-	double t0 = pdma_ucx_now(), t1;
-	int e = n ? pdma_blocks_ready(b) : -ENOBUFS;
-
+	t0 = pdma_ucx_now();
+	e = pdma_blocks_ready(b);
 	t1 = pdma_ucx_now();
 	if (!e)
 		e = pdma_block_read(b, 0, b->npackets, n->p);
-	if (e)
+	if (e) {
+		free_push(s, n, true); /* nothing worth keeping: taken next */
 		return NULL;
+	}
 	*wait_s += t1 - t0;
 	*copy_s += pdma_ucx_now() - t1;
-	s->free = n->next;
+	n->valid = true;
+	n->of = no;
 	n->refs = 1;
+	s->by_no[no % s->n] = n;
+	*copied = true;
 	return n;
 }
 
 void pdma_fwd_stage_put(struct pdma_fwd_stage *s, struct pdma_stage_buf *sb)
 {
-	if (!--sb->refs) {
-		sb->next = s->free;
-		s->free = sb;
-	}
+	if (!--sb->refs)
+		free_push(s, sb, false);
 }
 
 void pdma_fwd_stage_close(struct pdma_fwd_stage *s, struct pdma_ucx *u)
@@ -112,5 +153,6 @@ void pdma_fwd_stage_close(struct pdma_fwd_stage *s, struct pdma_ucx *u)
 		u->api->mem_unmap(u->ctx, s->memh);
 	free(s->mem);
 	free(s->all);
+	free(s->by_no);
 	memset(s, 0, sizeof(*s));
 }

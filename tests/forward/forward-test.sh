@@ -195,11 +195,16 @@ split() {
 # blocks that come meanwhile (about 5, at 125 a second) wait in its queue in
 # the forwarder (16) and all arrive; without the queue every block past its 2
 # credits was dropped. The rate leaves room for the sanitizers' slowness.
+# Staged (--stage), beside a consumer b of the same streams that keeps up: a
+# is sent the blocks of its pause after b was, out of step with it, and the
+# staging copy b's sends left behind still serves: one copy a block (before,
+# a block sent to a in a later flush was copied again).
 pause() {
 	d=$tmp/pause
 	mkdir -p "$d"
-	start_fwd --credits 2
+	start_fwd --credits 2 --stage
 	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
+	start_consumer cb "$run_b" "$conn_b" b 0x1000,0x1001
 	local gp
 	gen_bg --streams 2 --packets 12000 --loss 5 --rate 8000
 	has_data a 0x1000
@@ -209,10 +214,14 @@ pause() {
 	wait "$gp" || fail "gen failed"
 	wait "$fpid" || fail "forward failed"
 	wait "$ca" || fail "consumer a failed"
+	wait "$cb" || fail "consumer b failed"
 	sigmf a 0x1000,0x1001 || fail "consumer a's recordings after its pause"
-	json 'f["dropped_blocks"] == 0 and f["sent_blocks"] == f["blocks_in"] == a["blocks"] > 0' ||
+	sigmf b 0x1000,0x1001 || fail "consumer b's recordings"
+	json 'f["dropped_blocks"] == 0 and a["blocks"] == b["blocks"] == f["blocks_in"] > 0 and f["sent_blocks"] == 2 * f["blocks_in"]' ||
 		fail "blocks dropped across a 40 ms pause"
-	echo "forward-test: pause: passed"
+	json 'f["staged_blocks"] == f["blocks_in"] and f["stage_drops"] == 0' ||
+		fail "staging copies: one a block, however late a consumer is sent it"
+	echo "forward-test: pause: passed ($(grep -oE '[0-9]+ blocks in, [0-9]+ sent \([0-9]+ bytes, [0-9]+ staged\)' "$d/fwd.err" | tail -1))"
 }
 
 # A consumer stopped by SIGINT mid-run exits 0 and its summary says
