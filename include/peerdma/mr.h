@@ -161,7 +161,7 @@ struct pdma_domain_attr {
  * domain, in any thread, first handles every revocation that began before it:
  * once munmap() has returned, no registration is ever served from the old
  * pages. It needs neither userfaultfd (which Docker's default seccomp profile
- * and vm.unprivileged_userfaultfd=0 block) nor patched code, only read/write
+ * blocks) nor patched code, only read/write
  * access to the device node. Cost: one load and a compare per host cache
  * lookup; a revocation costs an event read by the next lookup (or the
  * library's event thread), a few microseconds. Closed, cached registrations

@@ -413,7 +413,8 @@ int pdma_cache_open(const struct pdma_cache_attr *attr, struct pdma_cache **cach
 		}
 	}
 	/* The default falls back to memhooks where userfaultfd is refused
-	 * (seccomp, as Docker's default profile; unprivileged users). */
+	 * (seccomp, as Docker's default profile; an unprivileged process on a
+	 * kernel without the user-mode-only kind or write-protect mode). */
 	if (!c->passthrough && (attr->monitor == PDMA_CACHE_MONITOR_MEMHOOKS ||
 				(attr->monitor == PDMA_CACHE_MONITOR_DEFAULT && !c->uffd &&
 				 !c->kdev))) {

@@ -12,9 +12,10 @@
  * monitor thread has read the event, and the monitor marks pdma_uffd_seq odd
  * before it reads and even once the invalidations are done: a lookup waits
  * while it is odd, so after munmap() returns no lookup can hit the old pages.
- * Needs the full userfaultfd (root, CAP_SYS_PTRACE, or
- * vm.unprivileged_userfaultfd=1): the user-mode-only kind would make the
- * kernel's own faults on watched pages fail (see start()).
+ * Runs for any user: the full userfaultfd where the process may have it
+ * (root, CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd=1), else the
+ * user-mode-only kind every process gets (5.11), which is enough in
+ * write-protect mode only (see uffd_open()).
  * Limits: only anonymous, shmem and hugetlbfs mappings can be watched (a
  * region elsewhere, e.g. a file mapping, is handed out uncached); a range
  * watched by another userfaultfd (another library) cannot be watched.
@@ -57,6 +58,7 @@ static atomic_int uffd_fd = -1;
 static int uffd_stopfd = -1;
 static pthread_t uffd_thread;
 static bool uffd_wp; /* the kernel registers ranges in write-protect mode */
+static bool uffd_user_only; /* UFFD_USER_MODE_ONLY: write-protect mode or nothing */
 
 static void uffd_unwatch(int fd, uint64_t start, uint64_t len)
 {
@@ -129,9 +131,39 @@ static void *uffd_main(void *arg)
 	return NULL;
 }
 
-/* A userfaultfd with the events, and write-protect mode where the kernel
- * has it (a feature it does not know fails UFFDIO_API: then without). */
-static int uffd_open(struct uffdio_api *api, bool *wp)
+/* A userfaultfd of that kind, its API negotiated with those features; or
+ * -errno (a feature the kernel does not know: EINVAL from UFFDIO_API, which
+ * may leave the context unusable, so a retry takes a fresh one). */
+static int uffd_try(int flags, uint64_t features, struct uffdio_api *api)
+{
+	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | flags);
+	int e;
+
+	if (fd < 0)
+		return -errno;
+	api->api = UFFD_API;
+	api->features = features;
+	if (ioctl(fd, UFFDIO_API, api) == 0)
+		return fd;
+	e = errno;
+	close(fd);
+	return -e;
+}
+
+/*
+ * A userfaultfd with the events, and write-protect mode where the kernel
+ * has it. A process refused the full kind (EPERM: not root, no
+ * CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=0, Debian's default) gets the
+ * user-mode-only kind, but in write-protect mode only. In missing-page mode
+ * a fault the kernel itself takes on a watched page that is not present
+ * (read() or recv() into it, pin_user_pages, mlock: the tail of a watched
+ * mapping that mremap grew) would fail with EFAULT under it instead of
+ * reaching the monitor thread, and a monitor must never make the
+ * application's system calls fail. In write-protect mode no fault is ever
+ * the userfaultfd's (nothing is write-protected), so its kind does not
+ * matter; the events come to both.
+ */
+static int uffd_open(struct uffdio_api *api, bool *wp, bool *user_only)
 {
 	static const uint64_t wp_features = UFFD_FEATURE_PAGEFAULT_FLAG_WP |
 #ifdef UFFD_FEATURE_WP_HUGETLBFS_SHMEM
@@ -139,25 +171,23 @@ static int uffd_open(struct uffdio_api *api, bool *wp)
 #endif
 					    0;
 	const uint64_t events = api->features;
+	int fd = uffd_try(0, events | wp_features, api);
 
-	for (int with_wp = 1; with_wp >= 0; with_wp--) {
-		int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	*wp = fd >= 0;
+	*user_only = false;
+	if (fd == -EINVAL)
+		fd = uffd_try(0, events, api);
+#ifdef UFFD_USER_MODE_ONLY
+	if (fd == -EPERM) {
+		int u = uffd_try(UFFD_USER_MODE_ONLY, events | wp_features, api);
 
-		if (fd < 0)
-			return -errno;
-		api->api = UFFD_API;
-		api->features = events | (with_wp ? wp_features : 0);
-		if (ioctl(fd, UFFDIO_API, api) == 0) {
-			*wp = with_wp;
-			return fd;
+		if (u >= 0) {
+			*wp = *user_only = true;
+			fd = u;
 		}
-		int e = errno;
-
-		close(fd);
-		if (!with_wp || e != EINVAL)
-			return -e;
 	}
-	return -EINVAL;
+#endif
+	return fd;
 }
 
 int pdma_uffd_monitor_start(void)
@@ -171,15 +201,10 @@ int pdma_uffd_monitor_start(void)
 	pthread_mutex_lock(&uffd_lock);
 	if (uffd_refs++ > 0)
 		goto out;
-	/* Not UFFD_USER_MODE_ONLY (all an unprivileged process gets under
-	 * vm.unprivileged_userfaultfd=0): with it, a fault the kernel takes on
-	 * a watched page that is not present (read() or recv() into a buffer
-	 * after madvise(MADV_DONTNEED), mlock or pin_user_pages of a range that
-	 * mremap grew) fails with EFAULT instead of reaching the monitor
-	 * thread. A monitor must never make the application's system calls
-	 * fail, so without the full mode there is no userfaultfd monitor and
-	 * the cache falls back to memhooks. */
-	fd = uffd_open(&api, &uffd_wp);
+	/* refused (seccomp, as Docker's default profile; an unprivileged
+	 * process on a kernel without write-protect mode): the cache falls
+	 * back to memhooks */
+	fd = uffd_open(&api, &uffd_wp, &uffd_user_only);
 	if (fd < 0) {
 		ret = fd;
 		goto fail;
@@ -268,8 +293,9 @@ int pdma_uffd_monitor_watch(uint64_t start, size_t len)
 		return -ENODEV;
 	if (ioctl(fd, UFFDIO_REGISTER, &reg) == 0)
 		return 0;
-	/* a mapping the kernel cannot write-protect: the missing-page mode */
-	if (errno != EINVAL || !uffd_wp)
+	/* a mapping the kernel cannot write-protect: the missing-page mode,
+	 * which the user-mode-only kind must not use (uffd_open()) */
+	if (errno != EINVAL || !uffd_wp || uffd_user_only)
 		return -errno;
 	reg.mode = UFFDIO_REGISTER_MODE_MISSING;
 	if (ioctl(fd, UFFDIO_REGISTER, &reg) < 0)

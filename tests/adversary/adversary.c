@@ -35,6 +35,7 @@
  * "N passed, N failed" (one check per scenario).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -81,6 +82,7 @@ struct adv {
 	enum scen cur;
 	unsigned long printed;
 	bool host_cached; /* the cache keeps host registrations (a monitor runs) */
+	int zero;         /* /dev/zero: the kernel's own writes into memory */
 };
 
 /* Registrations of memory the cache does not keep cannot be stale: they pin
@@ -280,6 +282,12 @@ static void s_mremap(struct adv *a)
 	r = mremap(p, LEN, 2 * LEN, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
 	if (r != dst)
 		exit(2);
+	/* The grown tail has no pages yet, in a mapping the monitor watches:
+	 * the kernel's own write there (read(2)) must not fail. A
+	 * userfaultfd of the user-mode-only kind in missing-page mode made
+	 * it EFAULT. */
+	if (read(a->zero, dst + LEN, 4096) != 4096)
+		report(a, false, "read(2) into a grown mapping's new pages failed", dst + LEN, -errno);
 	gone(a, p, LEN, PDMA_HMEM_SYSTEM);
 	fresh(a, dst, LEN, PDMA_HMEM_SYSTEM);
 	/* Shrink in place: the tail is gone, a registration of the old length
@@ -429,6 +437,9 @@ int main(int argc, char **argv)
 		}
 	}
 	memset(&a, 0, sizeof(a));
+	a.zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	if (a.zero < 0)
+		return 2;
 	if (getenv("PEERDMA_VALGRIND") && rounds > 100)
 		rounds = 100;
 	/* Keep BIG in the mmap size class: glibc otherwise raises its mmap
@@ -501,6 +512,7 @@ int main(int argc, char **argv)
 		printf("FAIL: domain or sim close (registrations leaked)\n");
 		failed++;
 	}
+	close(a.zero);
 	printf("%d passed, %d failed\n", checks - failed, failed);
 	return failed ? 1 : 0;
 }
