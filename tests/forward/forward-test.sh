@@ -25,7 +25,8 @@
 # their commands (ip netns exec NAME), LISTEN is the forwarder's UCX address,
 # CONN_A and CONN_B the addresses the consumers reach it at.
 #  gpu       (not by default: forward_gpu) blocks in GPU memory, staged where
-#            UCX has no CUDA; exit 77 without a CUDA device
+#            UCX has no CUDA, to two consumers of the same streams (one
+#            staging copy a block); exit 77 without a CUDA device
 # usage: tests/forward/forward-test.sh PEERDMA_TOOL [split|kill|bad|gpu]...
 set -euo pipefail
 tool=$1
@@ -357,14 +358,21 @@ gpu() {
 	fport=$(grep -oE "UCX listener on $listen:[0-9]+" "$d/fwd.err" | cut -d: -f2)
 	grep -E 'blocks in GPU memory: (staged through host memory \(this UCX has no CUDA memory type\)|sent directly from GPU memory)' \
 		"$d/fwd.err" || fail "no line saying how GPU blocks go"
+	# two consumers of the same streams: where staged, each block's one
+	# copy serves both
 	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
+	start_consumer cb "$run_b" "$conn_b" b 0x1000,0x1001
 	gen --streams 2 --packets 4000 --loss 10 --loss-burst 2 --dup 10 --reorder 10 --rate 40000
 	wait "$fpid" || fail "forward failed"
 	wait "$ca" || fail "consumer a failed"
+	wait "$cb" || fail "consumer b failed"
 	sigmf a 0x1000,0x1001 || fail "consumer a's recordings of GPU blocks"
-	json 'a["gap_packets"] == streams[0x1000]["lost"] + streams[0x1001]["lost"] > 0' || fail "a's gaps"
-	json 'f["dropped_blocks"] == 0 and f["sent_blocks"] == f["blocks_in"] == a["blocks"]' || fail "accounting"
-	json 'f["ucx_cuda"] or f["staged_blocks"] == f["blocks_in"]' || fail "not every GPU block staged"
+	sigmf b 0x1000,0x1001 || fail "consumer b's recordings of GPU blocks"
+	json 'a["gap_packets"] == b["gap_packets"] == streams[0x1000]["lost"] + streams[0x1001]["lost"] > 0' ||
+		fail "the consumers' gaps"
+	json 'f["dropped_blocks"] == 0 and f["sent_blocks"] == 2 * f["blocks_in"] and a["blocks"] == b["blocks"] == f["blocks_in"]' ||
+		fail "accounting"
+	json 'f["ucx_cuda"] or f["staged_blocks"] == f["blocks_in"]' || fail "not every GPU block staged once"
 	echo "forward-test: gpu: passed ($(grep -o 'blocks in GPU memory: [^;]*' "$d/fwd.err"); staging $("$py" -c \
 		'import json,sys; f=json.load(open(sys.argv[1]))["forward"]; print("%.2f GB/s, %d blocks" % (f["stage_GBps"], f["staged_blocks"]))' \
 		"$d/fwd.json"))"
