@@ -7,17 +7,22 @@
  *   loaded at run time); the IOMMU state (/sys/class/iommu, iommu groups, the
  *   kernel command line); with --device BDF, the PCIe path class between that
  *   third-party device and each GPU (PIX/PXB/PHB/NODE/SYS) with the GPUDirect
- *   RDMA guide's advice. A machine without GPU or driver gets a clear report
- *   and exit status 0.
+ *   RDMA guide's advice; the kernel module's device node and the host memory
+ *   monitor a registration cache gets here, as this user, in this
+ *   environment. A machine without GPU or driver gets a clear report and exit
+ *   status 0.
  */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "peerdma/mr.h"
 #include "cmd.h"
 #include "cuda/topo.h"
 #include "mem/cuda.h"
@@ -201,12 +206,53 @@ static void print_iommu(const char *root, const char *cmdline_path)
 	}
 }
 
+/* ----------------------------------------------------- registration cache */
+
+static const char *monitor_text(const char *m)
+{
+	if (!strcmp(m, "kernel"))
+		return "peerdma.ko's MMU notifier: any memory the module pins";
+	if (!strcmp(m, "userfaultfd"))
+		return "the kernel's unmap, remove and remap events: private anonymous memory";
+	if (!strcmp(m, "memhooks"))
+		return "libc's mmap, munmap, mremap, madvise... patched: private anonymous memory";
+	return "host memory is registered uncached";
+}
+
+/* What a registration cache opened here gets: a domain opened as an
+ * application would, with the module where its node can be opened. */
+static void print_cache(const char *kdev)
+{
+	struct pdma_domain_attr da;
+	struct pdma_domain *d;
+	bool have = access(kdev, R_OK | W_OK) == 0;
+	const char *m;
+	int ret;
+
+	printf("peerdma.ko: %s %s\n", kdev,
+	       have ? "present: host memory pinned by the module, GPU memory pinnable for devices"
+		    : "absent or not accessible: host memory checked in user space, not pinned");
+	pdma_domain_attr_init(&da);
+	da.use_cache = 1;
+	da.kernel_device = have ? kdev : NULL;
+	ret = pdma_domain_open(&da, &d);
+	if (ret) {
+		printf("Registration cache: no domain (%s)\n", pdma_strerror(ret));
+		return;
+	}
+	m = pdma_domain_cache_monitor(d);
+	printf("Registration cache: host memory monitor %s (%s)%s\n", m, monitor_text(m),
+	       getenv("PEERDMA_MR_CACHE_MONITOR") ? ", as PEERDMA_MR_CACHE_MONITOR asks" : "");
+	pdma_domain_close(d);
+}
+
 /* ------------------------------------------------------------------ main */
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: peerdma info [--device BDF] [--sysfs-root DIR] [--cmdline FILE]\n"
-		   "  GPUs and their GPUDirect RDMA attributes, BAR1, driver, IOMMU state;\n"
+		   "  GPUs and their GPUDirect RDMA attributes, BAR1, driver, IOMMU state,\n"
+		   "  /dev/peerdma, the host memory monitor a registration cache gets here;\n"
 		   "  --device BDF: the PCIe path class between that device and each GPU\n");
 }
 
@@ -345,6 +391,7 @@ int pdma_cmd_info(int argc, char **argv)
 		}
 	}
 	print_iommu(root, cmdline);
+	print_cache("/dev/peerdma");
 
 	if (device) {
 		printf("PCIe path from %s:\n", dev_bdf);
