@@ -171,7 +171,7 @@ echo "record-test: signals: $(cat "$d/gen.err")"
 # the recordings are as without it, the summary counts the messages. Before,
 # record refused its own blocks (-EBUSY, "sample blocks on this path") and
 # never exited, not even on SIGTERM: the watchdog ends it and the case fails.
-if "$tool" record --help 2>&1 | grep -q -- '--zmq'; then
+if "$tool" record --help 2>&1 | grep -- '--zmq' >/dev/null; then
 	d=$tmp/zmq
 	mkdir -p "$d"
 	start_record "$d" --idle 1500 --zmq 'tcp://127.0.0.1:*'
