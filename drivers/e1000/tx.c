@@ -175,8 +175,10 @@ static int pnic_tx_batch(struct pnic *nic, struct peerdma_client *c,
 
 	for (;;) {
 		mutex_lock(&nic->hw_lock);
-		while (sent < n && pnic_tx_done(nic, last[sent]))
+		while (sent < n && pnic_tx_done(nic, last[sent])) {
 			sent++;
+			nic->stats.tx_frames++;
+		}
 		ret = pnic_tx_may_run(nic);
 		mutex_unlock(&nic->hw_lock);
 		if (sent == n || ret)
@@ -232,15 +234,14 @@ unlock:
 }
 
 /* unmap the pin and give the ring up; on an error, nothing stays queued */
-static void pnic_tx_end(struct pnic *nic, struct peerdma_client *c, u32 sent, int ret)
+static void pnic_tx_end(struct pnic *nic, struct peerdma_client *c, int ret)
 {
-	mutex_lock(&nic->hw_lock);
-	nic->stats.tx_frames += sent;
 	if (ret) {	/* nothing may stay queued once the mapping goes */
+		mutex_lock(&nic->hw_lock);
 		pnic_tx_stop_hw(nic);
 		pnic_tx_init_hw(nic);
+		mutex_unlock(&nic->hw_lock);
 	}
-	mutex_unlock(&nic->hw_lock);
 	peerdma_client_put(c);
 	mutex_unlock(&nic->tx_lock);
 }
@@ -258,7 +259,7 @@ int pnic_tx(struct pnic *nic, struct pdma_nic_tx *t)
 	unsigned long deadline = jiffies + msecs_to_jiffies(max(t->timeout_ms, 0));
 	struct pdma_nic_tx_frame *f;
 	struct peerdma_client *c;
-	u32 n, at = 0, counted = 0;
+	u32 n, at = 0;
 	size_t len;
 	int ret;
 
@@ -281,8 +282,7 @@ int pnic_tx(struct pnic *nic, struct pdma_nic_tx *t)
 			break;
 		}
 		if (copy_from_user_nofault(f, uf + at, len)) {
-			pnic_tx_end(nic, c, t->done - counted, 0);
-			counted = t->done;
+			pnic_tx_end(nic, c, 0);
 			if (!fault_in_readable((const char __user *)(uf + at), len))
 				ret = pnic_tx_begin(nic, t, &c);
 			else
@@ -294,7 +294,7 @@ int pnic_tx(struct pnic *nic, struct pdma_nic_tx *t)
 		ret = pnic_tx_batch(nic, c, f, n, deadline, &t->done);
 		at += n;
 	}
-	pnic_tx_end(nic, c, t->done - counted, ret);
+	pnic_tx_end(nic, c, ret);
 out:
 	kfree(f);
 	return ret;

@@ -161,7 +161,7 @@ struct pdma_nic_stats {
 	__u64 rx_missed;	/* NIC had no free descriptor (MPC) */
 	__u64 rx_long;		/* longer than 1522 bytes (dropped by the NIC) */
 	__u64 rx_errors;	/* completions with PDMA_NIC_CQE_ERR */
-	__u64 tx_frames;
+	__u64 tx_frames;	/* frames the NIC reported sent, counted as they go */
 	__u64 doorbells;	/* tail register writes (RX and TX) */
 	__u64 irqs;		/* 0: this driver polls, it takes no interrupt */
 	__u64 quiesces;		/* quiesce callbacks run */
