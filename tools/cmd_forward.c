@@ -21,14 +21,15 @@ struct forward {
 	struct pdma_fwd *f;
 };
 
-enum { O_LISTEN = 256, O_FWD_PORT, O_STALL, O_STAGE, O_CREDITS, O_BLOCK_PACKETS, O_POOL_BLOCKS, O_LATE_BLOCKS,
-       O_FLUSH_IDLE, O_EAGER_MAX };
+enum { O_LISTEN = 256, O_FWD_PORT, O_STALL, O_STAGE, O_STAGE_BUFFERS, O_CREDITS, O_BLOCK_PACKETS,
+       O_POOL_BLOCKS, O_LATE_BLOCKS, O_FLUSH_IDLE, O_EAGER_MAX };
 
 static const struct option forward_opts[] = {
 	{ "listen", required_argument, NULL, O_LISTEN },
 	{ "fwd-port", required_argument, NULL, O_FWD_PORT },
 	{ "stall-ms", required_argument, NULL, O_STALL },
 	{ "stage", no_argument, NULL, O_STAGE },
+	{ "stage-buffers", required_argument, NULL, O_STAGE_BUFFERS },
 	{ "credits", required_argument, NULL, O_CREDITS },
 	{ "block-packets", required_argument, NULL, O_BLOCK_PACKETS },
 	{ "pool-blocks", required_argument, NULL, O_POOL_BLOCKS },
@@ -52,6 +53,10 @@ static const char forward_usage[] =
 	"      --stall-ms MS     drop a consumer without credit this long (default 5000;\n"
 	"                        0: never)\n"
 	"      --stage           stage host blocks through the staging buffers too\n"
+	"      --stage-buffers N staging buffers of a block each (default 64): a block\n"
+	"                        is copied once and its copy serves every consumer sent\n"
+	"                        it while the buffer holds it; a send that finds none\n"
+	"                        free is dropped and counted (stage_drops)\n"
 	"      --credits N       blocks in flight per consumer at most (default 16); the\n"
 	"                        pool must hold 32 + N (the forwarder's queue, 16, and\n"
 	"                        16 waiting for a consumer's credit)\n"
@@ -80,6 +85,7 @@ static int forward_opt(void *arg, const struct pdma_opt *o, int val)
 		return e;
 	case O_STALL: return pdma_opt_u32(o, 0, 3600000, &w->fa.stall_ms);
 	case O_STAGE: w->fa.stage = true; return 0;
+	case O_STAGE_BUFFERS: return pdma_opt_u32(o, 1, 4096, &w->fa.stage_buffers);
 	case O_CREDITS: return pdma_opt_u32(o, 1, 4096, &w->fa.max_credits);
 	case O_BLOCK_PACKETS: return pdma_opt_u32(o, 1, 65536, &w->block_packets);
 	case O_POOL_BLOCKS: return pdma_opt_u32(o, 2, 4096, &w->pool_blocks);
@@ -183,6 +189,7 @@ static int forward_detach(void *arg, struct pdma_ingest *ing, json_t *summary)
 	json_object_set_new(o, "staged_blocks", json_integer((json_int_t)s.staged_blocks));
 	json_object_set_new(o, "eager_blocks", json_integer((json_int_t)s.eager_blocks));
 	json_object_set_new(o, "staged_bytes", json_integer((json_int_t)s.staged_bytes));
+	json_object_set_new(o, "stage_buffers", json_integer(w->fa.stage_buffers));
 	json_object_set_new(o, "stage_drops", json_integer((json_int_t)s.stage_drops));
 	json_object_set_new(o, "stage_seconds", json_real(s.stage_seconds));
 	json_object_set_new(o, "stage_wait_seconds", json_real(s.stage_wait_seconds));

@@ -783,14 +783,19 @@ int pdma_fwd_open_sub(struct pdma_sub *sub, const struct pdma_fwd_attr *a, struc
 		if (ret)
 			goto err;
 	}
-	snprintf(f->desc, sizeof(f->desc), "%s; blocks in %s memory: %s%s%s", f->u.desc,
+	snprintf(f->desc, sizeof(f->desc), "%s; blocks in %s memory: %s", f->u.desc,
 		 f->bl->mem.kind == PDMA_BLOCK_HOST ? "host" :
 		 f->bl->mem.kind == PDMA_BLOCK_CUDA ? "GPU" : "pinned host",
 		 f->stage_gpu ? "staged through host memory (this UCX has no CUDA memory type)" :
 		 f->a.stage ? "staged through host memory (--stage)" :
 		 f->bl->mem.kind == PDMA_BLOCK_CUDA ? "sent directly from GPU memory (UCX has CUDA)" :
-		 "sent directly from the block buffers",
-		 f->stage.mem ? ", staging buffers " : "", f->stage.mem ? f->stage.pin : "");
+		 "sent directly from the block buffers");
+	if (f->stage.mem) {
+		size_t n = strlen(f->desc);
+
+		snprintf(f->desc + n, sizeof(f->desc) - n, ", %u staging buffers %s", f->stage.n,
+			 f->stage.pin);
+	}
 	f->st.ucx_cuda = f->u.cuda;
 	hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
 			UCP_AM_HANDLER_PARAM_FIELD_ARG;

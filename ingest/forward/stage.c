@@ -19,7 +19,7 @@ static void stage_pin(struct pdma_fwd_stage *s, int device)
 	char m[64];
 
 	if (pdma_cu_get(&cu, m, sizeof(m))) {
-		snprintf(s->pin, sizeof(s->pin), "pageable (no CUDA driver: %s)", m);
+		snprintf(s->pin, sizeof(s->pin), "in pageable memory (no CUDA driver: %s)", m);
 		return;
 	}
 	r = cu->DeviceGet(&s->dev, device);
@@ -34,7 +34,7 @@ static void stage_pin(struct pdma_fwd_stage *s, int device)
 			cu->DevicePrimaryCtxRelease(s->dev);
 	}
 	if (r != PDMA_CU_SUCCESS) {
-		snprintf(s->pin, sizeof(s->pin), "pageable (cuMemHostRegister: %s)", pdma_cu_errname(r));
+		snprintf(s->pin, sizeof(s->pin), "in pageable memory (cuMemHostRegister: %s)", pdma_cu_errname(r));
 		return;
 	}
 	s->cu = cu;
@@ -89,7 +89,7 @@ int pdma_fwd_stage_open(struct pdma_fwd_stage *s, struct pdma_ucx *u, const stru
 	if (bl->mem.kind != PDMA_BLOCK_HOST)
 		stage_pin(s, bl->mem.device);
 	else
-		snprintf(s->pin, sizeof(s->pin), "host memory");
+		snprintf(s->pin, sizeof(s->pin), "in host memory");
 	return 0;
 }
 

@@ -43,7 +43,8 @@ struct pdma_fwd_stage {
 	const struct pdma_cu_api *cu; /* non-NULL: mem pinned by cuMemHostRegister */
 	pdma_cu_device dev;
 	pdma_cu_ctx ctx;
-	char pin[96];                 /* how mem is pinned, for the forwarder's description */
+	char pin[112];                /* where mem is ("in host memory", "pinned by ..."),
+				       * for the forwarder's description */
 };
 
 /* n buffers of bl's block size, mapped on u; pinned through CUDA where bl's

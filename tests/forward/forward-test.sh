@@ -199,11 +199,14 @@ split() {
 # Staged (--stage), beside a consumer b of the same streams that keeps up: a
 # is sent the blocks of its pause after b was, out of step with it, and the
 # staging copy b's sends left behind still serves: one copy a block (before,
-# a block sent to a in a later flush was copied again).
+# a block sent to a in a later flush was copied again). 32 staging buffers
+# (--stage-buffers) hold the copies of the 16 blocks a's queue can hold.
 pause() {
 	d=$tmp/pause
 	mkdir -p "$d"
-	start_fwd --credits 2 --stage
+	start_fwd --credits 2 --stage --stage-buffers 32
+	grep -E "32 staging buffers in host memory" "$d/fwd.err" >/dev/null ||
+		fail "--stage-buffers 32: the forwarder's description does not say so"
 	start_consumer ca "$run_a" "$conn_a" a 0x1000,0x1001
 	start_consumer cb "$run_b" "$conn_b" b 0x1000,0x1001
 	local gp
@@ -220,7 +223,7 @@ pause() {
 	sigmf b 0x1000,0x1001 || fail "consumer b's recordings"
 	json 'f["dropped_blocks"] == 0 and a["blocks"] == b["blocks"] == f["blocks_in"] > 0 and f["sent_blocks"] == 2 * f["blocks_in"]' ||
 		fail "blocks dropped across a 40 ms pause"
-	json 'f["staged_blocks"] == f["blocks_in"] and f["stage_drops"] == 0' ||
+	json 'f["staged_blocks"] == f["blocks_in"] and f["stage_drops"] == 0 and f["stage_buffers"] == 32' ||
 		fail "staging copies: one a block, however late a consumer is sent it"
 	echo "forward-test: pause: passed ($(grep -oE '[0-9]+ blocks in, [0-9]+ sent \([0-9]+ bytes, [0-9]+ staged\)' "$d/fwd.err" | tail -1))"
 }

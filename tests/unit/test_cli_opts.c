@@ -115,7 +115,7 @@ static struct optspec record_opts[64];
 static const struct optspec forward_own[] = {
 	{ "listen", 0, IPV4, NULL },        { "fwd-port", 0, UINT, NULL },
 	{ "stall-ms", 0, UINT, NULL },      { "stage", 0, FLAG, NULL },
-	{ "credits", 0, UINT, NULL },
+	{ "stage-buffers", 0, UINT, NULL }, { "credits", 0, UINT, NULL },
 	{ "block-packets", 0, UINT, NULL }, { "pool-blocks", 0, UINT, NULL },
 	{ "late-blocks", 0, UINT, NULL },   { "flush-idle", 0, UINT, NULL },
 	{ "eager-max", 0, UINT, NULL },
