@@ -118,14 +118,9 @@ static int forward_attach(void *arg, struct pdma_ingest *ing, const struct pdma_
 	int ret;
 
 	w->quiet = quiet;
-	ret = pdma_ingest_enable_blocks(ing, w->block_packets, w->late_blocks, w->pool_blocks,
-					w->flush_idle_ms);
-	if (ret) {
-		fprintf(stderr, "peerdma forward: sample blocks on this path: %s%s\n", strerror(-ret),
-			ret == -EOPNOTSUPP && c->path == PDMA_RX_NIC ?
-			" (the GPU deframer reads the frames in place: --deframer cpu)" : "");
+	if (pdma_ingest_ext_blocks("peerdma forward", ing, c, w->block_packets, w->late_blocks,
+				   w->pool_blocks, w->flush_idle_ms))
 		return 1;
-	}
 	ret = pdma_fwd_open(ing, &w->fa, &w->f, msg, sizeof(msg));
 	if (!ret) {
 		ret = pdma_fwd_start(w->f);

@@ -321,6 +321,30 @@ static int ingest_parse(int argc, char **argv, struct ingest_args *a, const stru
 	return x && x->check ? x->check(x->arg, &o, c) : 0;
 }
 
+int pdma_ingest_ext_blocks(const char *cmd, struct pdma_ingest *ing,
+			   const struct pdma_ingest_config *c, uint32_t block_packets,
+			   uint32_t late_blocks, uint32_t pool_blocks, uint32_t flush_idle_ms)
+{
+	int ret = pdma_ingest_enable_blocks(ing, block_packets, late_blocks, pool_blocks,
+					    flush_idle_ms);
+	/* every stream's pool is made at once, pool_blocks blocks of
+	 * block_packets full payloads each (ingest/blocks/blocks.c) */
+	double pool = (double)c->dfr.max_streams * pool_blocks * block_packets * c->dfr.max_payload;
+
+	if (!ret)
+		return 0;
+	if (ret == -ENOMEM)
+		fprintf(stderr, "%s: sample blocks on this path: %s (the block pools: %u streams x %u "
+			"blocks x %u packets x %u bytes = %.1f MiB; lower --max-streams, --pool-blocks, "
+			"--block-packets or --slot-size)\n", cmd, strerror(-ret), c->dfr.max_streams, pool_blocks,
+			block_packets, c->dfr.max_payload, pool / (1 << 20));
+	else
+		fprintf(stderr, "%s: sample blocks on this path: %s%s\n", cmd, strerror(-ret),
+			ret == -EOPNOTSUPP && c->path == PDMA_RX_NIC ?
+			" (the GPU deframer reads the frames in place: --deframer cpu)" : "");
+	return 1;
+}
+
 int pdma_ingest_main_check(int argc, char **argv, const struct pdma_ingest_ext *x)
 {
 	struct ingest_args a;

@@ -179,14 +179,9 @@ static int record_attach(void *arg, struct pdma_ingest *ing, const struct pdma_i
 		fprintf(stderr, "peerdma record: --dir %s: not a directory\n", r->dir);
 		return 1;
 	}
-	ret = pdma_ingest_enable_blocks(ing, r->block_packets, r->late_blocks, r->pool_blocks,
-					r->flush_idle_ms);
-	if (ret) {
-		fprintf(stderr, "peerdma record: sample blocks on this path: %s%s\n", strerror(-ret),
-			ret == -EOPNOTSUPP && c->path == PDMA_RX_NIC ?
-			" (the GPU deframer reads the frames in place: --deframer cpu)" : "");
+	if (pdma_ingest_ext_blocks("peerdma record", ing, c, r->block_packets, r->late_blocks,
+				   r->pool_blocks, r->flush_idle_ms))
 		return 1;
-	}
 	pdma_sub_attr_init(&sa);
 	sa.stream_id = r->stream;
 	sa.policy = r->policy;

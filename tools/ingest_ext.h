@@ -9,6 +9,7 @@
 #define PDMA_TOOLS_INGEST_EXT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "opt.h"
@@ -33,6 +34,13 @@ struct pdma_ingest_ext {
 	int (*detach)(void *arg, struct pdma_ingest *ing, struct json_t *summary);
 	void *arg;
 };
+
+/* For an attach hook: sample blocks on ing (pdma_ingest_enable_blocks);
+ * 0, or 1 having said why, as "CMD: sample blocks on this path: ...", with
+ * what to change where the option that caused it is known. */
+int pdma_ingest_ext_blocks(const char *cmd, struct pdma_ingest *ing,
+			   const struct pdma_ingest_config *c, uint32_t block_packets,
+			   uint32_t late_blocks, uint32_t pool_blocks, uint32_t flush_idle_ms);
 
 /* peerdma ingest's main with x attached (NULL: plain ingest). */
 int pdma_ingest_main(int argc, char **argv, const struct pdma_ingest_ext *x);

@@ -65,7 +65,7 @@ int pdma_blocks_open(struct pdma_blocks **out, const struct pdma_dfr_config *cfg
 		     const struct pdma_blk_mem *mem)
 {
 	struct pdma_blocks *bl;
-	size_t nbuf;
+	size_t nbuf, pool_bytes;
 	int ret;
 
 	bl = calloc(1, sizeof(*bl));
@@ -99,8 +99,10 @@ int pdma_blocks_open(struct pdma_blocks **out, const struct pdma_dfr_config *cfg
 	bl->scratch = calloc(cfg->out_pkts, sizeof(*bl->scratch));
 	bl->blk_mem = calloc(nbuf, bl->blk_size);
 	ret = bl->st && bl->blk_mem && bl->scratch ? 0 : -ENOMEM;
+	if (!ret && __builtin_mul_overflow(nbuf, bl->buf_bytes, &pool_bytes))
+		ret = -ENOMEM; /* no memory holds it */
 	if (!ret)
-		ret = bl->mem.alloc(bl->mem.arg, nbuf * bl->buf_bytes, (void **)&bl->pool_mem);
+		ret = bl->mem.alloc(bl->mem.arg, pool_bytes, (void **)&bl->pool_mem);
 	if (ret)
 		goto err;
 	for (uint32_t i = 0; i < cfg->max_streams; i++) {

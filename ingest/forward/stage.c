@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* The forwarder's staging buffers (stage.h). */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,14 +72,17 @@ int pdma_fwd_stage_open(struct pdma_fwd_stage *s, struct pdma_ucx *u, const stru
 	memset(s, 0, sizeof(*s));
 	s->buf_bytes = bl->buf_bytes;
 	s->n = n;
-	s->len = (n * bl->buf_bytes + 4095) / 4096 * 4096;
-	s->mem = aligned_alloc(4096, s->len);
+	if (n <= (SIZE_MAX - 4095) / bl->buf_bytes) { /* else no memory holds them: ENOMEM below */
+		s->len = (n * bl->buf_bytes + 4095) / 4096 * 4096;
+		s->mem = aligned_alloc(4096, s->len);
+	}
 	s->all = calloc(n, sizeof(*s->all));
 	s->by_no = calloc(n, sizeof(*s->by_no));
 	if (!s->mem || !s->all || !s->by_no ||
 	    pdma_ucx_map(u, s->mem, n * bl->buf_bytes, UCS_MEMORY_TYPE_HOST, &s->memh)) {
 		if (msg)
-			snprintf(msg, msglen, "staging buffers: %u of %zu bytes", n, bl->buf_bytes);
+			snprintf(msg, msglen, "staging buffers: cannot allocate and map %u of %zu bytes "
+				 "(--stage-buffers)", n, bl->buf_bytes);
 		pdma_fwd_stage_close(s, u);
 		return -ENOMEM;
 	}

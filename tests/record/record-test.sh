@@ -202,4 +202,17 @@ if "$tool" record --port 0 --dir "$tmp/none" --duration 0.1 -q >/dev/null 2>"$tm
 	echo "record-test: a missing --dir was accepted"; exit 1
 fi
 grep -q 'not a directory' "$tmp/e1" || { echo "record-test: missing --dir:"; cat "$tmp/e1"; exit 1; }
+# Block pools no machine holds (64 streams x 4096 blocks x 1024 packets of 9180
+# bytes: 2.2 TiB): refused at the start, with the sizes and what to lower.
+# (Under the sanitizers a calloc past their 1 TiB limit aborts unless told to
+# return NULL, as the C library does.)
+mkdir -p "$tmp/big"
+if ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1 \
+	TSAN_OPTIONS=${TSAN_OPTIONS:+$TSAN_OPTIONS:}allocator_may_return_null=1 \
+	"$tool" record --port 0 --dir "$tmp/big" --pool-blocks 4096 --block-packets 1024 \
+	--out-packets 4096 --duration 0.1 -q >/dev/null 2>"$tmp/e2"; then
+	echo "record-test: 2.2 TiB of block pools were accepted"; exit 1
+fi
+grep -E 'the block pools: 64 streams x 4096 blocks x 1024 packets x 9180 bytes = 2350080.0 MiB; lower --max-streams' \
+	"$tmp/e2" >/dev/null || { echo "record-test: block pools too large:"; cat "$tmp/e2"; exit 1; }
 echo "record-test: passed"
