@@ -45,12 +45,15 @@
  * another core wrote last).
  * --ceiling: what the host gives N threads that share nothing of the cache,
  * at 1, 2, 4, 8 ... --threads threads, pinned as the hit rows are: the
- * physical ceiling of the hit rows' N-thread / 1-thread ratio. Three loops
+ * physical ceiling of the hit rows' N-thread / 1-thread ratio. Four loops
  * a thread: a dependent xorshift chain in registers (the cores alone:
- * frequency, hardware threads sharing a core, vCPUs sharing a host's), and
- * independent random 64-byte loads from an array the size of the 10k-region
- * cache's footprint, shared by all threads and then one each (the memory
- * hierarchy's share, as the shared and --disjoint hit rows draw on it).
+ * frequency, vCPUs sharing a host's; one chain's latency leaves a core's
+ * issue slots free for a second hardware thread), four independent chains
+ * ("alu-ilp": the core's issue width, which two hardware threads on one core
+ * share, as a hit's instructions need it), and independent random 64-byte
+ * loads from an array the size of the 10k-region cache's footprint, shared
+ * by all threads and then a slice each (the memory hierarchy's share, as
+ * the shared and --disjoint hit rows draw on it).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -728,8 +731,8 @@ static double handoff_ns(void)
 
 /* --ceiling: the host's share of the N-thread / 1-thread ratio, with nothing
  * of the cache in the loop (see the top of the file). */
-enum probe { PR_ALU, PR_SHARED, PR_PRIVATE, PR_N };
-static const char *const probe_name[PR_N] = { "alu", "load-shared", "load-private" };
+enum probe { PR_ALU, PR_ILP, PR_SHARED, PR_PRIVATE, PR_N };
+static const char *const probe_name[PR_N] = { "alu", "alu-ilp", "load-shared", "load-private" };
 /* about the 10k-region cache: 10,000 entries of six 64-byte lines (3.7 MiB) */
 #define PROBE_BYTES (4u << 20)
 #define PROBE_OPS 20000000 /* a thread, every probe: 20-100 ms */
@@ -753,13 +756,36 @@ static void *probe_worker(void *arg)
 	spread_pin(w->idx);
 	pthread_barrier_wait(w->bar);
 	t0 = now();
-	for (size_t k = 0; k < w->ops; k++) {
-		s ^= s << 13;
-		s ^= s >> 7;
-		s ^= s << 17;
-		/* the hit rows' draw; the loads are independent, as hits are */
-		if (w->kind != PR_ALU)
-			acc += w->lines[(size_t)(((unsigned __int128)s * w->nlines) >> 64) * 8];
+	if (w->kind == PR_ILP) {
+		/* four independent chains: the core's issue width, not one
+		 * chain's latency, bounds it, as a hit's instructions are; two
+		 * hardware threads on one core share that width */
+		uint64_t s1 = s * 3, s2 = s * 5, s3 = s * 7;
+
+		for (size_t k = 0; k < w->ops; k++) {
+			s ^= s << 13;
+			s1 ^= s1 << 13;
+			s2 ^= s2 << 13;
+			s3 ^= s3 << 13;
+			s ^= s >> 7;
+			s1 ^= s1 >> 7;
+			s2 ^= s2 >> 7;
+			s3 ^= s3 >> 7;
+			s ^= s << 17;
+			s1 ^= s1 << 17;
+			s2 ^= s2 << 17;
+			s3 ^= s3 << 17;
+			acc += s1 + s2 + s3;
+		}
+	} else {
+		for (size_t k = 0; k < w->ops; k++) {
+			s ^= s << 13;
+			s ^= s >> 7;
+			s ^= s << 17;
+			/* the hit rows' draw; the loads are independent, as hits are */
+			if (w->kind != PR_ALU)
+				acc += w->lines[(size_t)(((unsigned __int128)s * w->nlines) >> 64) * 8];
+		}
 	}
 	w->secs = now() - t0;
 	w->sink = acc + s; /* keeps the loop */
