@@ -295,6 +295,14 @@ static int spread_init(void)
 	return n_spread ? 0 : -ENOENT;
 }
 
+/* Marsaglia's xorshift64: every random draw of this file */
+static inline uint64_t xorshift64(uint64_t x)
+{
+	x ^= x << 13;
+	x ^= x >> 7;
+	return x ^ (x << 17);
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -319,9 +327,7 @@ static double now(void)
 		} else if (w->pat == P_RAND) {                                                \
 			uint64_t s = w->seed | 1;                                             \
 			for (size_t k = 0; k < w->ops; k++) {                                 \
-				s ^= s << 13;                                                 \
-				s ^= s >> 7;                                                  \
-				s ^= s << 17;                                                 \
+				s = xorshift64(s);                                            \
 				/* multiply-shift range reduction: no division; the page \
 				 * inside from the low half (1 page: always 0) */         \
 				errs += OP(x, w->base + (uint64_t)(((unsigned __int128)s *   \
@@ -627,7 +633,7 @@ static double chase_ns(size_t bytes)
 	for (i = 0; i < n; i++)
 		perm[i] = (uint32_t)i;
 	for (i = n - 1; i > 0; i--) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		x = xorshift64(x);
 		j = x % i;
 		uint32_t tmp = perm[i];
 		perm[i] = perm[j];
@@ -763,25 +769,15 @@ static void *probe_worker(void *arg)
 		uint64_t s1 = s * 3, s2 = s * 5, s3 = s * 7;
 
 		for (size_t k = 0; k < w->ops; k++) {
-			s ^= s << 13;
-			s1 ^= s1 << 13;
-			s2 ^= s2 << 13;
-			s3 ^= s3 << 13;
-			s ^= s >> 7;
-			s1 ^= s1 >> 7;
-			s2 ^= s2 >> 7;
-			s3 ^= s3 >> 7;
-			s ^= s << 17;
-			s1 ^= s1 << 17;
-			s2 ^= s2 << 17;
-			s3 ^= s3 << 17;
+			s = xorshift64(s);
+			s1 = xorshift64(s1);
+			s2 = xorshift64(s2);
+			s3 = xorshift64(s3);
 			acc += s1 + s2 + s3;
 		}
 	} else {
 		for (size_t k = 0; k < w->ops; k++) {
-			s ^= s << 13;
-			s ^= s >> 7;
-			s ^= s << 17;
+			s = xorshift64(s);
 			/* the hit rows' draw; the loads are independent, as hits are */
 			if (w->kind != PR_ALU)
 				acc += w->lines[(size_t)(((unsigned __int128)s * w->nlines) >> 64) * 8];
