@@ -329,10 +329,11 @@ int pdma_ingest_ext_blocks(const char *cmd, struct pdma_ingest *ing,
 					    flush_idle_ms);
 	/* every stream's pool is made at once, pool_blocks blocks of
 	 * block_packets full payloads each (ingest/blocks/blocks.c) */
-	double pool = (double)c->dfr.max_streams * pool_blocks * block_packets * c->dfr.max_payload;
+	double pool;
 
 	if (!ret)
 		return 0;
+	pool = (double)c->dfr.max_streams * pool_blocks * block_packets * c->dfr.max_payload;
 	if (ret == -ENOMEM)
 		fprintf(stderr, "%s: sample blocks on this path: %s (the block pools: %u streams x %u "
 			"blocks x %u packets x %u bytes = %.1f MiB; lower --max-streams, --pool-blocks, "
